@@ -1,0 +1,24 @@
+"""The Iceberg catalog named in the settings (pyiceberg; SQL on SQLite by default)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rewind.config import Settings
+from rewind.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+
+def load_catalog(settings: Settings) -> Catalog:
+    """Load the configured catalog; any pyiceberg catalog type works (sql, rest, glue, hive)."""
+    from pyiceberg.catalog import load_catalog as _load
+
+    props = settings.catalog_properties()
+    try:
+        return _load(settings.catalog.name, **props)
+    except (ValueError, NotImplementedError, ImportError) as exc:
+        raise ConfigError(
+            f"catalog {settings.catalog.name!r} cannot be loaded: {exc}; check catalog.properties"
+        ) from exc

@@ -1,0 +1,236 @@
+"""Settings: ``rewind.yaml`` in the working directory, then ``REWIND_*`` variables (env wins).
+
+File shape (every key optional)::
+
+    state_dir: .rewind                 # pid/log files of the embedded stack, default catalog, ledger
+    kafka:
+      bootstrap_servers: 127.0.0.1:19092
+      properties:                      # any librdkafka property, passed through as is
+        security.protocol: SASL_SSL
+        sasl.mechanism: PLAIN
+        sasl.username: svc
+        sasl.password: s3cr3t
+    catalog:
+      name: rewind
+      properties: {type: sql, uri: "sqlite:///.rewind/catalog.db", warehouse: "file:///..."}
+    ledger_url: sqlite:///.rewind/ledger.db    # or postgresql+psycopg://user:pw@host/db
+    spark:
+      master: local[*]                 # or spark://host:7077, yarn, k8s://...
+      remote: null                     # Spark Connect, e.g. sc://host:15002 (wins over master)
+      conf: {spark.sql.shuffle.partitions: "8"}
+    dev:
+      broker_port: 19092
+
+Environment variables (each overrides the file):
+
+==========================================  =============================================
+``REWIND_CONFIG``                           path of the settings file
+``REWIND_STATE_DIR``                        ``state_dir``
+``REWIND_BOOTSTRAP_SERVERS``                ``kafka.bootstrap_servers``
+``REWIND_KAFKA__<PROP>``                    ``kafka.properties``; ``_`` becomes ``.``
+                                            (``REWIND_KAFKA__SASL_PASSWORD`` → ``sasl.password``)
+``REWIND_CATALOG_NAME``                     ``catalog.name``
+``REWIND_CATALOG__<PROP>``                  ``catalog.properties``; as pyiceberg: ``__`` → ``.``,
+                                            ``_`` → ``-`` (``S3__ACCESS_KEY_ID`` → ``s3.access-key-id``)
+``REWIND_LEDGER_URL``                       ``ledger_url``
+``REWIND_SPARK_MASTER`` / ``_REMOTE``       ``spark.master`` / ``spark.remote``
+``REWIND_SPARK_CONF``                       JSON object merged into ``spark.conf``
+``REWIND_DEV_BROKER_PORT``                  ``dev.broker_port``
+==========================================  =============================================
+
+Secrets are kept as given (clients need them) but :meth:`Settings.public` masks them, and
+that is the only form that is ever printed or logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rewind.errors import ConfigError
+from rewind.secrets import is_secret_key, mask
+
+DEFAULT_BROKER_PORT = 19092
+SETTINGS_FILE = "rewind.yaml"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KafkaSettings(_Model):
+    bootstrap_servers: str | None = None
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class CatalogSettings(_Model):
+    name: str = "rewind"
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class SparkSettings(_Model):
+    master: str = "local[*]"
+    remote: str | None = None
+    app_name: str = "rewind"
+    log_level: str = "WARN"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class DevSettings(_Model):
+    host: str = "127.0.0.1"
+    broker_port: int = DEFAULT_BROKER_PORT
+    broker_start_timeout_s: float = 30.0
+
+
+class Settings(_Model):
+    """Everything Rewind needs to reach its systems. Build with :func:`load_settings`."""
+
+    state_dir: Path = Path(".rewind")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    catalog: CatalogSettings = Field(default_factory=CatalogSettings)
+    ledger_url: str | None = None
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    dev: DevSettings = Field(default_factory=DevSettings)
+
+    # -- derived values: defaults point at the embedded stack under state_dir --------------
+
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir.expanduser().resolve()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers or f"{self.dev.host}:{self.dev.broker_port}"
+
+    def kafka_config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka configuration: bootstrap servers, pass-through properties, overrides."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self.kafka.properties)
+        conf.update(overrides)
+        return conf
+
+    def catalog_properties(self) -> dict[str, str]:
+        """pyiceberg catalog properties; defaults to the embedded SQLite SQL catalog."""
+        if self.catalog.properties:
+            return dict(self.catalog.properties)
+        return {
+            "type": "sql",
+            "uri": f"sqlite:///{self.state_path / 'catalog.db'}",
+            "warehouse": (self.state_path / "warehouse").as_uri(),
+        }
+
+    @property
+    def ledger(self) -> str:
+        return self.ledger_url or f"sqlite:///{self.state_path / 'ledger.db'}"
+
+    def secret_values(self) -> list[str]:
+        """Every secret value in the settings, to scrub from free text such as errors."""
+        values = [v for k, v in self.kafka.properties.items() if is_secret_key(k)]
+        values += [v for k, v in self.catalog.properties.items() if is_secret_key(k)]
+        return [v for v in values if v]
+
+    def public(self) -> dict[str, Any]:
+        """The effective settings with every secret masked: safe to print, log or store."""
+        data = {
+            "state_dir": str(self.state_path),
+            "kafka": {
+                "bootstrap_servers": self.bootstrap_servers,
+                "properties": dict(self.kafka.properties),
+            },
+            "catalog": {"name": self.catalog.name, "properties": self.catalog_properties()},
+            "ledger_url": self.ledger,
+            "spark": self.spark.model_dump(),
+            "dev": self.dev.model_dump(),
+        }
+        return mask(data)
+
+    def __repr__(self) -> str:  # never let a stray repr leak a password
+        return f"Settings({self.public()!r})"
+
+    __str__ = __repr__
+
+
+def load_settings(
+    path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Settings:
+    """Read the settings file (if any) and apply ``REWIND_*`` variables on top."""
+    env = os.environ if env is None else env
+    cwd = cwd or Path.cwd()
+    explicit = path or env.get("REWIND_CONFIG")
+    file = Path(explicit) if explicit else cwd / SETTINGS_FILE
+    if not file.is_absolute():
+        file = cwd / file
+    data: dict[str, Any] = {}
+    if file.exists():
+        try:
+            loaded = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{file}: not valid YAML ({exc.__class__.__name__}); fix the syntax") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{file}: expected a mapping of settings at the top level")
+        data = loaded
+    elif explicit:
+        raise ConfigError(f"settings file {file} does not exist; create it or unset REWIND_CONFIG")
+    _apply_env(data, env)
+    state_dir = data.get("state_dir")
+    if state_dir is not None and not Path(str(state_dir)).is_absolute():
+        data["state_dir"] = str(cwd / str(state_dir))
+    elif state_dir is None:
+        data["state_dir"] = str(cwd / ".rewind")
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(
+            f"setting {where}: {err['msg']} (got {mask(err.get('input'), where)!r}); see {file.name}"
+        ) from None
+
+
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    section = data.setdefault(name, {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"setting {name}: expected a mapping, got {type(section).__name__}")
+    return section
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    simple = {
+        "REWIND_STATE_DIR": ("state_dir",),
+        "REWIND_BOOTSTRAP_SERVERS": ("kafka", "bootstrap_servers"),
+        "REWIND_CATALOG_NAME": ("catalog", "name"),
+        "REWIND_LEDGER_URL": ("ledger_url",),
+        "REWIND_SPARK_MASTER": ("spark", "master"),
+        "REWIND_SPARK_REMOTE": ("spark", "remote"),
+        "REWIND_DEV_BROKER_PORT": ("dev", "broker_port"),
+    }
+    for var, where in simple.items():
+        if var in env:
+            target = data
+            for part in where[:-1]:
+                target = _section(target, part)
+            target[where[-1]] = env[var]
+    for var, value in env.items():
+        if var.startswith("REWIND_KAFKA__"):
+            prop = var.removeprefix("REWIND_KAFKA__").lower().replace("_", ".")
+            _section(_section(data, "kafka"), "properties")[prop] = value
+        elif var.startswith("REWIND_CATALOG__"):
+            raw = var.removeprefix("REWIND_CATALOG__").lower()
+            prop = raw.replace("__", ".").replace("_", "-")
+            _section(_section(data, "catalog"), "properties")[prop] = value
+    if "REWIND_SPARK_CONF" in env:
+        try:
+            extra = json.loads(env["REWIND_SPARK_CONF"])
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"REWIND_SPARK_CONF: not a JSON object ({exc.msg})") from None
+        if not isinstance(extra, dict):
+            raise ConfigError("REWIND_SPARK_CONF: expected a JSON object of Spark confs")
+        _section(_section(data, "spark"), "conf").update({k: str(v) for k, v in extra.items()})

@@ -1,0 +1,32 @@
+"""One error root for everything Rewind raises on purpose.
+
+The CLI turns any :class:`RewindError` into one line on stderr and a non-zero exit;
+anything else is a bug and keeps its traceback (shown with ``--debug``).
+"""
+
+from __future__ import annotations
+
+
+class RewindError(Exception):
+    """Base of every error Rewind raises deliberately.
+
+    The message is meant for a person: it names what is wrong and what to do.
+    """
+
+
+class ConfigError(RewindError):
+    """A setting is missing or has a bad value."""
+
+
+class StackError(RewindError):
+    """The embedded stack could not be started, stopped or inspected."""
+
+
+class BrokerUnreachable(RewindError):
+    """No Kafka broker answered at the configured address."""
+
+    def __init__(self, bootstrap: str, detail: str = "") -> None:
+        self.bootstrap = bootstrap
+        hint = "check kafka.bootstrap_servers (or REWIND_BOOTSTRAP_SERVERS), or run `rewind dev up`"
+        suffix = f" ({detail})" if detail else ""
+        super().__init__(f"no Kafka broker answered at {bootstrap}{suffix}; {hint}")

@@ -1,0 +1,1 @@
+"""Kafka for the control plane: clients, offsets and time lookup, capability probes."""

@@ -1,0 +1,66 @@
+"""Thin constructors for confluent-kafka clients.
+
+librdkafka's own log lines are routed into Python logging (``rewind.librdkafka``), so they
+pass the secret filter and stay quiet unless ``--debug``; no client does I/O until used.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from rewind.errors import BrokerUnreachable
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+RDKAFKA_LOGGER = logging.getLogger("rewind.librdkafka")
+
+
+def _with_logger(conf: dict[str, Any]) -> dict[str, Any]:
+    return {"logger": RDKAFKA_LOGGER, **conf}
+
+
+def admin(conf: dict[str, Any]) -> AdminClient:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(_with_logger(conf))
+
+
+def producer(conf: dict[str, Any], **overrides: Any) -> Producer:
+    from confluent_kafka import Producer
+
+    return Producer(_with_logger({**conf, **overrides}))
+
+
+def private_consumer(conf: dict[str, Any], purpose: str = "read", **overrides: Any) -> Consumer:
+    """A consumer for ``assign`` only: a throw-away group id, no commits, ever.
+
+    Rewind reads never join or commit to a group, so a live consumer group's offsets
+    cannot be touched; the group id is only there because librdkafka requires one.
+    """
+    from confluent_kafka import Consumer
+
+    settings = {
+        **conf,
+        "group.id": f"rewind-{purpose}-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        "enable.partition.eof": True,
+        **overrides,
+    }
+    return Consumer(_with_logger(settings))
+
+
+def cluster_metadata(conf: dict[str, Any], timeout_s: float = 10.0) -> ClusterMetadata:
+    """Metadata of the cluster, or :class:`BrokerUnreachable` naming the address."""
+    from confluent_kafka import KafkaException
+
+    client = admin({**conf, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
+    try:
+        return client.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerUnreachable(str(conf.get("bootstrap.servers")), exc.args[0].str()) from None

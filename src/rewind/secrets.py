@@ -1,0 +1,52 @@
+"""Masking of secrets before anything is logged, printed or stored.
+
+A key is secret when its last dotted/underscored part says so (``sasl.password``,
+``ssl.key.password``, ``s3.secret-access-key``, ``token``...). URLs keep their shape but
+lose the password (``postgresql://rewind:***@db/rewind``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MASK = "***"
+
+_SECRET_KEY = re.compile(
+    r"(password|passwd|secret|token|credential|private[._-]?key|api[._-]?key|"
+    r"access[._-]?key|sasl\.jaas\.config|ssl\.key\.pem|session[._-]?key)",
+    re.IGNORECASE,
+)
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
+
+
+def is_secret_key(key: str) -> bool:
+    """True when a settings key names a secret value."""
+    return bool(_SECRET_KEY.search(key))
+
+
+def mask_url(text: str) -> str:
+    """Replace the password of every ``scheme://user:password@`` in ``text``."""
+    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+
+
+def mask(value: Any, key: str = "") -> Any:
+    """Return a copy of ``value`` with every secret masked, recursively."""
+    if isinstance(value, Mapping):
+        return {k: mask(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask(v, key) for v in value]
+    if key and is_secret_key(key) and value not in (None, ""):
+        return MASK
+    if isinstance(value, str):
+        return mask_url(value)
+    return value
+
+
+def mask_text(text: str, secrets: list[str]) -> str:
+    """Remove known secret values and URL passwords from free text (log lines, errors)."""
+    for secret in secrets:
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, MASK)
+    return mask_url(text)

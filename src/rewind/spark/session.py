@@ -1,0 +1,89 @@
+"""``rewind.spark.session()``: a SparkSession configured for Rewind, with its data sources.
+
+Local (``local[*]``) by default; a configured ``spark.master`` or a Spark Connect
+``spark.remote`` takes over. Python workers are pointed at this interpreter so that tasks
+import the same environment (the same Rewind, the same confluent-kafka).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rewind.config import Settings, load_settings
+from rewind.javacheck import require_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+# Spark settings Rewind relies on; a user's spark.conf overrides any of them.
+_DEFAULT_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.python.worker.reuse": "true",
+}
+_LOCAL_CONF = {
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+}
+
+
+def session(settings: Settings | None = None, app_name: str | None = None) -> SparkSession:
+    """Return the active Rewind SparkSession, creating it on first call."""
+    settings = settings or load_settings()
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name or settings.spark.app_name)
+    conf = dict(_DEFAULT_CONF)
+    if settings.spark.remote:
+        builder = builder.remote(settings.spark.remote)
+    else:
+        require_java()
+        builder = builder.master(settings.spark.master)
+        if settings.spark.master.startswith("local"):
+            conf.update(_LOCAL_CONF)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        log4j = Path(__file__).with_name("log4j2.properties")
+        conf["spark.driver.extraJavaOptions"] = (
+            f"-Dlog4j2.configurationFile={log4j.as_uri()}"
+        )
+        # executors must run this interpreter, where rewind and its clients are installed
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
+    conf.update(settings.spark.conf)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if not settings.spark.remote:
+        spark.sparkContext.setLogLevel(settings.spark.log_level)
+    register(spark)
+    log.debug("spark session ready: %s", settings.spark.remote or settings.spark.master)
+    return spark
+
+
+def register(spark: SparkSession) -> list[str]:
+    """Register Rewind's Python data sources on any session (a cluster's, a notebook's).
+
+    Returns the short names registered, usable in ``spark.read.format(name)``.
+    """
+    names = []
+    for source in _data_sources():
+        spark.dataSource.register(source)
+        names.append(source.name())
+    return names
+
+
+def _data_sources() -> list[type]:
+    # imported here: pyspark's datasource module is heavy and the CLI mostly does not need it
+    from rewind.spark.sources import DATA_SOURCES
+
+    return list(DATA_SOURCES)
