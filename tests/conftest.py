@@ -1,0 +1,109 @@
+"""Shared fixtures: a real broker, a real Spark session, real PostgreSQL, a real catalog.
+
+Broker: the embedded tansu, started once per test session on a free port, or any broker
+named by ``REWIND_TEST_BOOTSTRAP`` (a real Apache Kafka, Redpanda...). Tests that depend
+on what a broker gets wrong ask :func:`broker_is_embedded` rather than assume.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rewind.config import Settings, load_settings
+
+EXTERNAL_BOOTSTRAP = os.environ.get("REWIND_TEST_BOOTSTRAP")
+PG_DSN = os.environ.get("REWIND_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def broker_is_embedded() -> bool:
+    return EXTERNAL_BOOTSTRAP is None
+
+
+@pytest.fixture(scope="session")
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("rewind-session")
+
+
+@pytest.fixture(scope="session")
+def bootstrap(session_dir: Path) -> Iterator[str]:
+    """Bootstrap servers of the test broker (embedded tansu unless REWIND_TEST_BOOTSTRAP)."""
+    if EXTERNAL_BOOTSTRAP:
+        yield EXTERNAL_BOOTSTRAP
+        return
+    from rewind.embedded.broker import BrokerProcess
+
+    broker = BrokerProcess("127.0.0.1", free_port(), session_dir / "broker.pid",
+                           session_dir / "broker.log")
+    broker.start(timeout_s=30)
+    try:
+        yield broker.address
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def settings(session_dir: Path, bootstrap: str) -> Settings:
+    """Settings pointing at the test broker, with catalog and ledger in a temp folder."""
+    env = {"REWIND_STATE_DIR": str(session_dir / "state"), "REWIND_BOOTSTRAP_SERVERS": bootstrap}
+    return load_settings(env=env, cwd=session_dir)
+
+
+@pytest.fixture(scope="session")
+def kafka_conf(settings: Settings) -> dict[str, object]:
+    return settings.kafka_config()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings):  # type: ignore[no-untyped-def]
+    from rewind.spark import session
+
+    spark = session(settings, app_name="rewind-tests")
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh PostgreSQL database per test module on the machine's server."""
+    import psycopg
+
+    name = f"rewind_{request.module.__name__.rsplit('.', 1)[-1]}_{uuid.uuid4().hex[:6]}".lower()
+    try:
+        admin = psycopg.connect(f"{PG_DSN}/postgres", autocommit=True)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at {PG_DSN} is not reachable: {exc}")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{PG_DSN}/{name}"
+    finally:
+        with psycopg.connect(f"{PG_DSN}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def iceberg_catalog(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A temporary Iceberg SQL catalog on SQLite with a local warehouse."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    return SqlCatalog("test", uri=f"sqlite:///{tmp_path / 'catalog.db'}",
+                      warehouse=warehouse.as_uri())
