@@ -1,0 +1,123 @@
+"""The ``rewind-kafka`` PySpark data source: batch reader, stream reader and writer.
+
+Options and columns follow Spark's own Kafka source, so a job written for Spark's JVM
+connector runs by changing only the format name (see README, "Kafka in Spark").
+
+Planning (which offsets to read) happens on the driver in :meth:`KafkaBatchReader.partitions`
+through :mod:`rewind.kafka.offsets`, which checks every broker answer; tasks then read exactly
+their planned :class:`~rewind.kafka.ranges.OffsetRange` with :func:`fetch_range`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from rewind.kafka.ranges import OffsetRange
+from rewind.spark.kafka_fetch import fetch_range
+from rewind.spark.kafka_options import client_conf, flag, lower_keys, positive_float, positive_int
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rewind.kafka.offsets import ReadPlan
+
+
+def spark_schema(include_headers: bool) -> StructType:
+    """Spark's Kafka source schema (headers only when ``includeHeaders`` is true)."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
+
+
+class RangePartition(InputPartition):
+    """One Spark task: one chunk of one Kafka partition."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(rng.to_dict())
+        self.range = rng
+
+
+class KafkaDataSource(DataSource):
+    """``spark.read.format("rewind-kafka")``, ``readStream`` and ``write`` on confluent-kafka."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rewind-kafka"
+
+    def schema(self) -> StructType:
+        return spark_schema(flag(self.options, "includeHeaders"))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(dict(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from rewind.spark.kafka_stream import KafkaStreamReader
+
+        return KafkaStreamReader(dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from rewind.spark.kafka_writer import make_writer
+
+        return make_writer(schema, overwrite, dict(self.options))
+
+
+class KafkaBatchReader(DataSourceReader):
+    """Plans on the driver, reads ranges in tasks; never joins or commits a consumer group."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.conf = client_conf(options)
+        self.include_headers = flag(options, "includeHeaders")
+        self.max_records = positive_int(options, "maxRecordsPerPartition")
+        self.min_partitions = positive_int(options, "minPartitions")
+        self.poll_timeout_s = (positive_float(options, "kafkaConsumer.pollTimeoutMs") or 120_000) / 1000
+        self.plan: ReadPlan | None = None
+
+    def _plan(self) -> ReadPlan:
+        from rewind.kafka.offsets import ReadPlan, parse_spark_options, resolve
+
+        given = lower_keys(self.options).get("plan")
+        if given:
+            return ReadPlan.from_json(given)
+        return resolve(self.conf, parse_spark_options(self.options))
+
+    def partitions(self) -> Sequence[InputPartition]:
+        self.plan = self._plan()
+        chunks = self.plan.chunks(self.max_records, self.min_partitions)
+        return [RangePartition(c) for c in chunks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, RangePartition):
+            rng = partition.range
+        else:
+            rng = OffsetRange.from_dict(partition.value)
+        yield from fetch_range(self.conf, rng, self.include_headers, self.poll_timeout_s)
