@@ -42,3 +42,37 @@ class OffsetRange:
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> OffsetRange:
         return cls(str(data["topic"]), int(data["partition"]), int(data["start"]), int(data["end"]))  # type: ignore[call-overload]
+
+
+def group_for_tasks(
+    chunks: list[OffsetRange], ranges_per_task: int, min_tasks: int | None = None
+) -> list[list[OffsetRange]]:
+    """Group chunks into tasks of at most ``ranges_per_task`` chunks of distinct partitions.
+
+    One consumer can read several partitions at once but not two chunks of the same one,
+    so a task never holds two chunks of a partition. At least ``min_tasks`` tasks are made
+    when there are that many chunks. Work is balanced greedily: biggest chunk first, into
+    the task with the fewest offsets that can take it. Deterministic for the same input.
+    """
+    if ranges_per_task <= 0:
+        raise ValueError("ranges_per_task must be positive")
+    work = sorted((c for c in chunks if c.size > 0), key=lambda c: (-c.size, c.topic, c.partition, c.start))
+    if not work:
+        return []
+    count = max(-(-len(work) // ranges_per_task), min(min_tasks or 1, len(work)))
+    tasks: list[list[OffsetRange]] = [[] for _ in range(count)]
+    loads = [0] * count
+    members: list[set[tuple[str, int]]] = [set() for _ in range(count)]
+    for chunk in work:
+        key = (chunk.topic, chunk.partition)
+        fits = [i for i in range(len(tasks)) if key not in members[i] and len(tasks[i]) < ranges_per_task]
+        if not fits:
+            tasks.append([])
+            loads.append(0)
+            members.append(set())
+            fits = [len(tasks) - 1]
+        best = min(fits, key=lambda i: (loads[i], i))
+        tasks[best].append(chunk)
+        loads[best] += chunk.size
+        members[best].add(key)
+    return [sorted(t) for t in tasks if t]

@@ -5,7 +5,7 @@ connector runs by changing only the format name (see README, "Kafka in Spark").
 
 Planning (which offsets to read) happens on the driver in :meth:`KafkaBatchReader.partitions`
 through :mod:`rewind.kafka.offsets`, which checks every broker answer; tasks then read exactly
-their planned :class:`~rewind.kafka.ranges.OffsetRange` with :func:`fetch_range`.
+their planned :class:`~rewind.kafka.ranges.OffsetRange` with :func:`~rewind.spark.kafka_fetch.fetch_ranges`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from rewind.kafka.ranges import OffsetRange
-from rewind.spark.kafka_fetch import fetch_range
+from rewind.kafka.ranges import OffsetRange, group_for_tasks
+from rewind.spark.kafka_fetch import fetch_ranges
 from rewind.spark.kafka_options import client_conf, flag, lower_keys, positive_float, positive_int
 
 if TYPE_CHECKING:
@@ -58,12 +58,12 @@ def spark_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
-class RangePartition(InputPartition):
-    """One Spark task: one chunk of one Kafka partition."""
+class RangesPartition(InputPartition):
+    """One Spark task: chunks of distinct Kafka partitions, read together by one consumer."""
 
-    def __init__(self, rng: OffsetRange) -> None:
-        super().__init__(rng.to_dict())
-        self.range = rng
+    def __init__(self, ranges: list[OffsetRange]) -> None:
+        super().__init__([r.to_dict() for r in ranges])
+        self.ranges = ranges
 
 
 class KafkaDataSource(DataSource):
@@ -99,6 +99,7 @@ class KafkaBatchReader(DataSourceReader):
         self.include_headers = flag(options, "includeHeaders")
         self.max_records = positive_int(options, "maxRecordsPerPartition")
         self.min_partitions = positive_int(options, "minPartitions")
+        self.ranges_per_task = positive_int(options, "rangesPerTask") or 4
         self.poll_timeout_s = (positive_float(options, "kafkaConsumer.pollTimeoutMs") or 120_000) / 1000
         self.plan: ReadPlan | None = None
 
@@ -113,11 +114,9 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         self.plan = self._plan()
         chunks = self.plan.chunks(self.max_records, self.min_partitions)
-        return [RangePartition(c) for c in chunks]
+        tasks = group_for_tasks(chunks, self.ranges_per_task, self.min_partitions)
+        return [RangesPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, RangePartition):
-            rng = partition.range
-        else:
-            rng = OffsetRange.from_dict(partition.value)
-        yield from fetch_range(self.conf, rng, self.include_headers, self.poll_timeout_s)
+        ranges = getattr(partition, "ranges", None) or [OffsetRange.from_dict(d) for d in partition.value]
+        yield from fetch_ranges(self.conf, ranges, self.include_headers, self.poll_timeout_s)

@@ -2,4 +2,6 @@
 
 from __future__ import annotations
 
-DATA_SOURCES: list[type] = []
+from rewind.spark.kafka_source import KafkaDataSource
+
+DATA_SOURCES: list[type] = [KafkaDataSource]
