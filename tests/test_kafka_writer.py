@@ -1,0 +1,432 @@
+"""The Kafka writer against a real broker: what goes in comes out, failures fail the job.
+
+Records are read back with a plain confluent-kafka consumer on ``assign`` (a group
+``subscribe`` takes about 20 s on the embedded broker), until every partition reports EOF.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import multiprocessing
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rewind.errors import ConfigError
+from rewind.spark.kafka_writer import (
+    WRITE_ONLY_FORMAT_NAME,
+    KafkaWriteOnlySource,
+    KafkaWriteSummary,
+    WriterOptions,
+)
+from rewind.spark.ratelimit import LocalPacer, RateLimit, SharedFilePacer
+
+FORMAT = WRITE_ONLY_FORMAT_NAME
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+
+@pytest.fixture(scope="module")
+def writer_spark(spark):  # type: ignore[no-untyped-def]
+    spark.dataSource.register(KafkaWriteOnlySource)
+    return spark
+
+
+def create_topic(conf: dict[str, object], name: str, partitions: int = 1) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    from rewind.kafka.clients import admin
+
+    client = admin(dict(conf))  # kept alive until the future resolves
+    client.create_topics([NewTopic(name, partitions)])[name].result(timeout=30)
+
+
+def read_topic(
+    conf: dict[str, object], topic: str, isolation: str = "read_uncommitted", timeout_s: float = 30.0
+) -> list[Record]:
+    """Every record of every partition, from the beginning to the end of the log."""
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    from rewind.kafka.clients import cluster_metadata, private_consumer
+
+    partitions = sorted(cluster_metadata(dict(conf)).topics[topic].partitions)
+    consumer = private_consumer(dict(conf), "test", **{"isolation.level": isolation})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        pending = set(partitions)
+        records: list[Record] = []
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(10_000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                        continue
+                    raise AssertionError(f"read failed: {err}")
+                records.append(
+                    Record(
+                        msg.partition(),
+                        msg.offset(),
+                        msg.key(),
+                        msg.value(),
+                        tuple(msg.headers() or ()),
+                        msg.timestamp()[1],
+                    )
+                )
+        assert not pending, f"partitions {pending} of {topic} did not reach their end in {timeout_s}s"
+        return records
+    finally:
+        consumer.close()
+
+
+def kafka_options(bootstrap: str, **extra: Any) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": bootstrap, **{k: str(v) for k, v in extra.items()}}
+
+
+def write(df: Any, options: dict[str, str]) -> None:
+    df.write.format(FORMAT).options(**options).mode("append").save()
+
+
+# --------------------------------------------------------------------------------------
+# what goes in comes out
+
+
+def test_all_columns_are_written_exactly(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+    """Keys, values, headers, explicit partitions and timestamps arrive byte for byte, in order."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    create_topic(kafka_conf, topic_name, partitions=3)
+    base = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
+    rows = []
+    for i in range(3000):
+        key = None if i % 7 == 0 else f"k{i}".encode()
+        value = None if i % 11 == 0 else bytes([i % 256]) * (i % 50) + b"\x00end"
+        headers = [] if i % 3 == 0 else [("seq", str(i).encode()), ("bin", b"\xff\x00" * (i % 4))]
+        if i % 5 == 0:
+            headers = None
+        ts = base + dt.timedelta(milliseconds=i)
+        rows.append((key, value, headers, i % 3, ts))
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField(
+                "headers",
+                ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+            ),
+            StructField("partition", IntegerType()),
+            StructField("timestamp", TimestampType()),
+        ]
+    )
+    df = writer_spark.createDataFrame(rows, schema).coalesce(1)
+    write(df, kafka_options(bootstrap, topic=topic_name))
+
+    got = read_topic(kafka_conf, topic_name)
+    assert len(got) == len(rows)
+    for partition in range(3):
+        expected = [
+            (key, value, tuple(headers or ()), int(ts.timestamp() * 1000))
+            for key, value, headers, p, ts in rows
+            if p == partition
+        ]
+        actual = [(r.key, r.value, r.headers, r.timestamp_ms) for r in got if r.partition == partition]
+        assert actual == expected  # one task per partition keeps the DataFrame's order
+
+
+def test_string_columns_many_tasks_and_null_timestamps(  # type: ignore[no-untyped-def]
+    writer_spark, kafka_conf, bootstrap, topic_name
+) -> None:
+    """String key/value from several tasks: each record exactly once; no timestamp = produce time."""
+    create_topic(kafka_conf, topic_name, partitions=4)
+    n = 20_000
+    df = writer_spark.range(n).selectExpr("cast(id as string) as key", "concat('v-', id) as value")
+    before = int(time.time() * 1000)
+    write(df.repartition(4), kafka_options(bootstrap, topic=topic_name))
+    after = int(time.time() * 1000)
+
+    got = read_topic(kafka_conf, topic_name)
+    assert sorted((r.key, r.value) for r in got) == sorted(
+        (str(i).encode(), f"v-{i}".encode()) for i in range(n)
+    )
+    assert all(before - 1000 <= r.timestamp_ms <= after + 1000 for r in got)
+    # one key, one partition: the partitioner is deterministic on the key
+    by_key = {}
+    for r in got:
+        by_key.setdefault(r.key, set()).add(r.partition)
+    assert len({p for parts in by_key.values() for p in parts}) > 1
+
+
+def test_topic_column_routes_records_and_topic_option_wins(  # type: ignore[no-untyped-def]
+    writer_spark, kafka_conf, bootstrap, topic_name
+) -> None:
+    a, b, c = f"{topic_name}-a", f"{topic_name}-b", f"{topic_name}-c"
+    for t in (a, b, c):
+        create_topic(kafka_conf, t)
+    df = writer_spark.createDataFrame([(a, "1"), (b, "2"), (a, "3")], "topic string, value string")
+    write(df, kafka_options(bootstrap))
+    assert sorted(r.value for r in read_topic(kafka_conf, a)) == [b"1", b"3"]
+    assert [r.value for r in read_topic(kafka_conf, b)] == [b"2"]
+
+    write(df, kafka_options(bootstrap, topic=c))  # as in Spark: the option overrides the column
+    assert sorted(r.value for r in read_topic(kafka_conf, c)) == [b"1", b"2", b"3"]
+    assert len(read_topic(kafka_conf, a)) == 2
+
+
+def test_double_timestamp_is_seconds(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+    create_topic(kafka_conf, topic_name)
+    df = writer_spark.createDataFrame([("x", 1714564800.123)], "value string, timestamp double")
+    write(df, kafka_options(bootstrap, topic=topic_name))
+    assert [r.timestamp_ms for r in read_topic(kafka_conf, topic_name)] == [1714564800123]
+
+
+def test_empty_dataframe_writes_nothing(writer_spark, kafka_conf, bootstrap, topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    create_topic(kafka_conf, topic_name)
+    summary = tmp_path / "summary.json"
+    df = writer_spark.range(0).selectExpr("cast(id as string) as value")
+    write(df, kafka_options(bootstrap, topic=topic_name, summaryPath=summary))
+    assert read_topic(kafka_conf, topic_name) == []
+    assert json.loads(summary.read_text())["records"] == 0
+
+
+def test_summary_counts_records_and_bytes(writer_spark, kafka_conf, bootstrap, topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    create_topic(kafka_conf, topic_name, partitions=2)
+    summary = tmp_path / "out" / "summary.json"
+    df = writer_spark.range(1000).selectExpr("cast(id % 10 as string) as key", "repeat('y', 20) as value")
+    write(df.repartition(3), kafka_options(bootstrap, topic=topic_name, summaryPath=summary))
+    totals = json.loads(summary.read_text())
+    assert totals["records"] == 1000
+    assert totals["bytes"] == 1000 * (1 + 20)
+    assert totals["tasks"] == 3
+    assert len(read_topic(kafka_conf, topic_name)) == 1000
+
+
+def test_transactional_writes_are_all_visible_after_commit(  # type: ignore[no-untyped-def]
+    writer_spark, kafka_conf, bootstrap, topic_name
+) -> None:
+    create_topic(kafka_conf, topic_name, partitions=3)
+    n = 5000
+    df = writer_spark.range(n).selectExpr("cast(id as string) as key", "cast(cast(id as string) as binary) as value")
+    options = kafka_options(bootstrap, topic=topic_name, transactional="true", runId=topic_name)
+    write(df.repartition(4), options)
+    got = read_topic(kafka_conf, topic_name, isolation="read_committed")
+    assert sorted(int(r.key) for r in got) == list(range(n))
+
+    # the same run id again: each task re-initialises its transactional id and commits again
+    write(df.limit(10), options)
+    assert len(read_topic(kafka_conf, topic_name, isolation="read_committed")) == n + 10
+
+
+# --------------------------------------------------------------------------------------
+# failures fail the job, with the broker's words
+
+
+def test_unknown_partition_fails_the_job_with_the_error(  # type: ignore[no-untyped-def]
+    writer_spark, kafka_conf, bootstrap, topic_name
+) -> None:
+    create_topic(kafka_conf, topic_name, partitions=1)
+    df = writer_spark.createDataFrame([("a", 0), ("b", 7)], "value string, partition int")
+    with pytest.raises(Exception) as caught:
+        write(df.coalesce(1), kafka_options(bootstrap, topic=topic_name))
+    text = str(caught.value)
+    assert "KafkaWriteError" in text
+    assert "Unknown partition" in text
+    assert topic_name in text and "partition 7" in text
+
+
+def test_record_too_large_fails_the_job_with_the_error(  # type: ignore[no-untyped-def]
+    writer_spark, kafka_conf, bootstrap, topic_name
+) -> None:
+    create_topic(kafka_conf, topic_name)
+    df = writer_spark.range(3).selectExpr("repeat('z', 5000) as value")
+    with pytest.raises(Exception) as caught:
+        write(df, kafka_options(bootstrap, topic=topic_name, **{"kafka.message.max.bytes": 2000}))
+    assert "Message size too large" in str(caught.value)
+
+
+def test_transactional_failure_leaves_nothing_committed(  # type: ignore[no-untyped-def]
+    writer_spark, kafka_conf, bootstrap, topic_name
+) -> None:
+    """A failing transactional task aborts; committed readers never see its records.
+
+    Brokers that hand aborted records to ``read_committed`` readers (the embedded tansu
+    does) cannot show this, so there the test only checks that the job failed.
+    """
+    from conftest import broker_is_embedded
+
+    create_topic(kafka_conf, topic_name, partitions=1)
+    rows = [(str(i), 0) for i in range(100)] + [("bad", 5)]
+    df = writer_spark.createDataFrame(rows, "value string, partition int").coalesce(1)
+    options = kafka_options(bootstrap, topic=topic_name, transactional="true", runId=topic_name)
+    with pytest.raises(Exception, match="Unknown partition"):
+        write(df, options)
+    if not broker_is_embedded():
+        assert read_topic(kafka_conf, topic_name, isolation="read_committed") == []
+
+
+@pytest.mark.parametrize(
+    ("options", "columns", "message"),
+    [
+        ({"topic": "t"}, "cast(id as string) as value", "kafka.bootstrap.servers"),
+        ({"kafka.bootstrap.servers": "x:1"}, "cast(id as string) as value", "no topic"),
+        ({"kafka.bootstrap.servers": "x:1", "topic": "t"}, "cast(id as string) as key", "'value'"),
+        ({"kafka.bootstrap.servers": "x:1", "topic": "t"}, "id as value", "binary or string"),
+        (
+            {"kafka.bootstrap.servers": "x:1", "topic": "t"},
+            "cast(id as string) as value, id as heders",
+            "'heders'",
+        ),
+        (
+            {"kafka.bootstrap.servers": "x:1", "topic": "t", "transactional": "true"},
+            "cast(id as string) as value",
+            "runId",
+        ),
+        (
+            {"kafka.bootstrap.servers": "x:1", "topic": "t", "maxRecordsPerSecond": "-5"},
+            "cast(id as string) as value",
+            "records_per_second",
+        ),
+    ],
+)
+def test_bad_options_and_columns_fail_before_writing(writer_spark, options, columns, message) -> None:  # type: ignore[no-untyped-def]
+    df = writer_spark.range(1).selectExpr(*columns.split(", "))
+    with pytest.raises(Exception, match=message):
+        write(df, options)
+
+
+def test_extra_columns_are_ignored_when_asked(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+    create_topic(kafka_conf, topic_name)
+    df = writer_spark.range(5).selectExpr("cast(id as string) as value", "id as other")
+    write(df, kafka_options(bootstrap, topic=topic_name, ignoreExtraColumns="true"))
+    assert len(read_topic(kafka_conf, topic_name)) == 5
+
+
+def test_overwrite_is_refused(writer_spark, bootstrap) -> None:  # type: ignore[no-untyped-def]
+    df = writer_spark.range(1).selectExpr("cast(id as string) as value")
+    with pytest.raises(Exception, match="only appends"):
+        df.write.format(FORMAT).options(**kafka_options(bootstrap, topic="t")).mode("overwrite").save()
+
+
+def test_options_parse_passes_kafka_properties_through() -> None:
+    parsed = WriterOptions.parse(
+        {"kafka.bootstrap.servers": "h:1", "kafka.compression.type": "lz4", "kafka.linger.ms": "5"}
+    )
+    conf = parsed.producer_conf
+    assert conf["bootstrap.servers"] == "h:1"
+    assert conf["compression.type"] == "lz4"
+    assert conf["linger.ms"] == "5"
+    assert conf["enable.idempotence"] is True
+    with pytest.raises(ConfigError, match=r"transactional\.id"):
+        WriterOptions.parse({"kafka.bootstrap.servers": "h:1", "kafka.transactional.id": "x"})
+
+
+# --------------------------------------------------------------------------------------
+# rate limit
+
+
+def _send_spans(records: list[Record]) -> tuple[float, int]:
+    """Seconds between the first and last produce time, and the most records in any 1 s."""
+    stamps = sorted(r.timestamp_ms for r in records)
+    busiest, lo = 0, 0
+    for hi, stamp in enumerate(stamps):
+        while stamps[lo] <= stamp - 1000:
+            lo += 1
+        busiest = max(busiest, hi - lo + 1)
+    return (stamps[-1] - stamps[0]) / 1000, busiest
+
+
+def test_records_per_second_is_shared_by_all_tasks(  # type: ignore[no-untyped-def]
+    writer_spark, kafka_conf, bootstrap, topic_name
+) -> None:
+    """4 tasks (2 at a time) share 4,000 records/s: 16,000 records take about 4 s, never faster."""
+    create_topic(kafka_conf, topic_name, partitions=2)
+    rate, n = 4000, 16_000
+    df = writer_spark.range(n).selectExpr("cast(id as string) as value").repartition(4)
+    started = time.monotonic()
+    write(df, kafka_options(bootstrap, topic=topic_name, maxRecordsPerSecond=rate))
+    elapsed = time.monotonic() - started
+
+    got = read_topic(kafka_conf, topic_name)
+    assert len(got) == n
+    span, busiest = _send_spans(got)
+    ideal = n / rate
+    assert span >= ideal * 0.9, f"{n} records went out in {span:.2f}s, limit allows no less than {ideal}s"
+    assert busiest <= rate * 1.1, f"{busiest} records in one second, limit {rate}/s"
+    assert span <= ideal * 1.25, f"throttled too hard: {span:.2f}s for an ideal {ideal}s"
+    assert elapsed >= ideal * 0.9
+
+
+def test_bytes_per_second_limits_the_job(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+    create_topic(kafka_conf, topic_name)
+    rate, n, size = 200_000, 500, 1000  # 500 kB at 200 kB/s: 2.5 s
+    df = writer_spark.range(n).selectExpr(f"repeat('b', {size}) as value").repartition(2)
+    write(df, kafka_options(bootstrap, topic=topic_name, maxBytesPerSecond=rate))
+    got = read_topic(kafka_conf, topic_name)
+    assert len(got) == n
+    span, busiest = _send_spans(got)
+    ideal = n * size / rate
+    assert ideal * 0.9 <= span <= ideal * 1.25
+    assert busiest * size <= rate * 1.1
+
+
+def _hammer(path: str, rate: float, seconds: float, out: Any) -> None:
+    pacer = SharedFilePacer(RateLimit(records_per_second=rate), Path(path))
+    sent = 0
+    stop = time.monotonic() + seconds
+    while time.monotonic() < stop:
+        pacer.acquire(10, 0, time.sleep)
+        sent += 10
+    out.put(sent)
+
+
+def test_shared_file_pacer_holds_across_processes(tmp_path: Path) -> None:
+    """Three processes pacing on one file send the limit together, not three times it."""
+    rate, seconds = 3000.0, 1.5
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(target=_hammer, args=(str(tmp_path / "job.pace"), rate, seconds, out)) for _ in range(3)
+    ]
+    for p in procs:
+        p.start()
+    total = sum(out.get(timeout=30) for _ in procs)
+    for p in procs:
+        p.join(10)
+    # processes start at slightly different times; each stops after `seconds` of its own
+    assert rate * seconds * 0.8 <= total <= rate * (seconds + 0.3) + 30
+
+
+def test_local_pacer_is_exact() -> None:
+    pacer = LocalPacer(RateLimit(records_per_second=1000, bytes_per_second=50_000))
+    waited = sum(pacer.acquire(100, 1000, time.sleep) for _ in range(5))  # records bind: 0.1 s each
+    assert waited == pytest.approx(0.4, abs=0.05)
+    assert RateLimit(records_per_second=1000).share(4).records_per_second == 250
+
+
+def test_summary_of_messages() -> None:
+    from rewind.spark.kafka_writer import KafkaWriteCommitMessage
+
+    summary = KafkaWriteSummary.of(
+        [KafkaWriteCommitMessage(0, 0, 5, 50, 1.0), None, KafkaWriteCommitMessage(1, 1, 7, 70, 2.0)]
+    )
+    assert (summary.tasks, summary.records, summary.bytes) == (2, 12, 120)
