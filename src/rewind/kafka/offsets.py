@@ -247,7 +247,8 @@ _KNOWN = (
 
 def _show(value: str, limit: int = 120) -> str:
     """The value on one line, shortened: it goes into a one-line error message."""
-    flat = " ".join(str(value).split())
+    text = str(value)
+    flat = " ".join(text.split()) if any(c in text for c in "\r\n\t\v\f") else text
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
@@ -815,7 +816,8 @@ def _time_job(
     if at is not None and at.ts < ts:
         problem = f"the record at offset {at.offset} has timestamp {at.ts} < {ts}"
     elif before is not None and before.ts >= ts:
-        problem = f"the record before it (offset {before.offset}) has timestamp {before.ts} >= {ts}"
+        which = "the last record" if candidate == high else "the record before it"
+        problem = f"{which} (offset {before.offset}) has timestamp {before.ts} >= {ts}"
     else:
         return _TimeAnswer(at.offset if at else high, "list-offsets", _order_notes(name, seen))
 
