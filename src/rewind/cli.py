@@ -125,8 +125,8 @@ def doctor(
     report = run_doctor(_settings(), with_spark=spark, join_timeout_s=join_timeout)
     out = Output(json_out)
     out.result(report, _render_doctor)
-    if not report["ok"]:
-        out.error(report["failure"])
+    if not report["ok"]:  # stderr only: with --json the report above is the one JSON object
+        Output(as_json=False).error(report["failure"])
         raise typer.Exit(1)
 
 

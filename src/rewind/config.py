@@ -48,7 +48,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -84,7 +84,7 @@ class SparkSettings(_Model):
 
 class DevSettings(_Model):
     host: str = "127.0.0.1"
-    broker_port: int = DEFAULT_BROKER_PORT
+    broker_port: Annotated[int, Field(ge=1, le=65535)] = DEFAULT_BROKER_PORT
     broker_start_timeout_s: float = 30.0
 
 
@@ -133,6 +133,7 @@ class Settings(_Model):
         """Every secret value in the settings, to scrub from free text such as errors."""
         values = [v for k, v in self.kafka.properties.items() if is_secret_key(k)]
         values += [v for k, v in self.catalog.properties.items() if is_secret_key(k)]
+        values += [v for k, v in self.spark.conf.items() if is_secret_key(k)]
         return [v for v in values if v]
 
     def public(self) -> dict[str, Any]:
@@ -181,7 +182,7 @@ def load_settings(
         raise ConfigError(f"settings file {file} does not exist; create it or unset REWIND_CONFIG")
     _apply_env(data, env)
     state_dir = data.get("state_dir")
-    if state_dir is not None and not Path(str(state_dir)).is_absolute():
+    if state_dir is not None and not Path(str(state_dir)).expanduser().is_absolute():
         data["state_dir"] = str(cwd / str(state_dir))
     elif state_dir is None:
         data["state_dir"] = str(cwd / ".rewind")

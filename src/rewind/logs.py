@@ -22,6 +22,8 @@ class SecretFilter(logging.Filter):
         cleaned = mask_text(message, self.secrets)
         if cleaned != message:
             record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:  # the traceback text can carry secrets too
+            record.exc_text = mask_text(logging.Formatter().formatException(record.exc_info), self.secrets)
         return True
 
 

@@ -15,10 +15,11 @@ MASK = "***"
 
 _SECRET_KEY = re.compile(
     r"(password|passwd|secret|token|credential|private[._-]?key|api[._-]?key|"
-    r"access[._-]?key|sasl\.jaas\.config|ssl\.key\.pem|session[._-]?key)",
+    r"access[._-]?key|account[._-]?key|connection[._-]?string|sasl\.jaas\.config|ssl\.key\.pem|"
+    r"session[._-]?key)",
     re.IGNORECASE,
 )
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]+)@")
 
 
 def is_secret_key(key: str) -> bool:

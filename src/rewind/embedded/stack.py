@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Literal
 
 from rewind.config import Settings
-from rewind.embedded.broker import BrokerProcess, metadata_answers
+from rewind.embedded.broker import BrokerProcess, metadata_answers, port_open
+from rewind.errors import StackError
 from rewind.secrets import mask_url
 
 State = Literal["running", "stopped", "ready", "missing", "external"]
@@ -76,11 +77,12 @@ class Stack:
     def up(self) -> list[PartStatus]:
         self.dir.mkdir(parents=True, exist_ok=True)
         started = self._started()
-        parts = [self._broker_up(started), self._catalog_up(), self._ledger_up()]
         started["catalog"] = self._embedded_catalog
         started["ledger"] = self._embedded_ledger
-        self._remember(started)
-        return parts
+        try:
+            return [self._broker_up(started), self._catalog_up(), self._ledger_up()]
+        finally:  # even when a later part fails, `down` must know about the broker it started
+            self._remember(started)
 
     def down(self) -> list[PartStatus]:
         started = self._started()
@@ -92,13 +94,17 @@ class Stack:
             parts.append(PartStatus("broker", "stopped", self.broker.address,
                                     "stopped (its in-memory topics are gone)",
                                     started_by_rewind=True, seconds=time.monotonic() - t0))
+        elif self.broker.pid() is not None or self._external_broker():
+            parts.append(PartStatus("broker", "external", self.broker.address,
+                                    "not started by rewind dev up; left alone"))
         else:
-            parts.append(PartStatus("broker", "stopped" if self.broker.pid() is None else "external",
-                                    self.broker.address, "not started by rewind dev up; left alone"))
+            parts.append(PartStatus("broker", "stopped", self.broker.address, "not running"))
         # catalog and ledger are files, not processes: their data stays for the next `up`
         for name in ("catalog", "ledger"):
-            parts.append(PartStatus(name, "ready" if started.get(name) else "external",
-                                    self._address(name), "files kept"))
+            part = self._file_status(name)
+            if part.state == "ready":
+                part.detail = "files kept"
+            parts.append(part)
         self._remember(started)
         return parts
 
@@ -112,6 +118,9 @@ class Stack:
         elif pid:
             broker = PartStatus("broker", "running", self.broker.address,
                                 "process alive but not answering", pid=pid)
+        elif self._external_broker():
+            broker = PartStatus("broker", "external", self.broker.address,
+                                "answers metadata; not started by rewind dev up")
         else:
             broker = PartStatus("broker", "stopped", self.broker.address)
         return [broker, self._file_status("catalog"), self._file_status("ledger")]
@@ -125,10 +134,25 @@ class Stack:
             return PartStatus("broker", "running", self.broker.address, "already running",
                               pid=pid, started_by_rewind=bool(started.get("broker")),
                               seconds=time.monotonic() - t0)
+        if port_open(self.broker.host, self.broker.port):
+            if not self._external_broker():
+                raise StackError(
+                    f"port {self.broker.address} is in use by a program that does not answer "
+                    "Kafka metadata; stop it or choose another dev.broker_port (REWIND_DEV_BROKER_PORT)"
+                )
+            started["broker"] = False
+            return PartStatus("broker", "external", self.broker.address,
+                              "a broker already answers here; used as is, `down` leaves it alone",
+                              seconds=time.monotonic() - t0)
         pid = self.broker.start(self.settings.dev.broker_start_timeout_s)
         started["broker"] = True
         return PartStatus("broker", "running", self.broker.address, "started", pid=pid,
                           started_by_rewind=True, seconds=time.monotonic() - t0)
+
+    def _external_broker(self) -> bool:
+        """True when something not started by us answers Kafka metadata at the broker address."""
+        return port_open(self.broker.host, self.broker.port) and metadata_answers(
+            self.broker.address, timeout=2.0)
 
     def _catalog_up(self) -> PartStatus:
         from rewind.catalog import load_catalog

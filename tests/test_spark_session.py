@@ -1,0 +1,122 @@
+"""``rewind.spark.session``: a working local session with Rewind's defaults.
+
+One process can hold one SparkSession, so the defaults are checked on the shared ``spark``
+fixture and a user's ``spark.conf`` in a child process that builds its own session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rewind.config import Settings
+
+
+def test_the_session_runs_jobs(spark: Any) -> None:
+    assert spark.version.startswith("4.1")
+    assert spark.range(1000).selectExpr("sum(id) AS s").first().s == 499500
+    assert spark.sparkContext.master == "local[*]"
+
+
+def test_tasks_run_this_interpreter_and_this_rewind(spark: Any) -> None:
+    import rewind
+
+    def where(_: int) -> tuple[str, str]:
+        import sys
+
+        import rewind
+
+        return sys.executable, rewind.__file__
+
+    seen = set(spark.sparkContext.parallelize(range(4), 2).map(where).collect())
+    assert seen == {(sys.executable, rewind.__file__)}
+
+
+def test_timezone_is_utc(spark: Any) -> None:
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    row = spark.sql(
+        "SELECT CAST(from_unixtime(0) AS STRING) AS t, CAST(TIMESTAMP '2024-03-31 01:30:00' AS LONG) AS s"
+    ).first()
+    assert row.t == "1970-01-01 00:00:00"
+    assert row.s == 1711848600  # the wall time read as UTC, no DST shift
+
+
+def test_rewind_defaults_are_applied(spark: Any, settings: Settings) -> None:
+    assert settings.spark.conf == {}  # nothing from the user: the defaults show through
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "8"
+    assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+    assert spark.conf.get("spark.ui.enabled") == "false"
+    assert spark.conf.get("spark.driver.host") == "127.0.0.1"
+    assert spark.conf.get("spark.pyspark.python") == os.environ["PYSPARK_PYTHON"]
+
+
+def test_register_returns_the_source_names(spark: Any) -> None:
+    from rewind.spark import register
+    from rewind.spark.sources import DATA_SOURCES
+
+    names = register(spark)
+    assert isinstance(names, list)
+    assert all(isinstance(n, str) and n for n in names)
+    assert names == [source.name() for source in DATA_SOURCES]
+    assert register(spark) == names  # registering again is harmless
+
+
+def test_session_returns_the_active_session(spark: Any, settings: Settings) -> None:
+    from rewind.spark import session
+
+    assert session(settings) is spark
+
+
+CHILD = """
+import json, time
+t0 = time.monotonic()
+from rewind.config import load_settings
+from rewind.spark import session
+spark = session(load_settings())
+up = time.monotonic() - t0
+conf = {k: spark.conf.get(k) for k in (
+    "spark.sql.shuffle.partitions", "spark.sql.session.timeZone", "spark.sql.ansi.enabled",
+    "spark.sql.execution.arrow.pyspark.enabled")}
+shown = spark.sql("SELECT CAST(from_unixtime(0) AS STRING) AS t").first().t
+print(json.dumps({"conf": conf, "master": spark.sparkContext.master, "app": spark.sparkContext.appName,
+                  "epoch_shown": shown, "seconds": up}))
+spark.stop()
+"""
+
+
+def test_spark_conf_from_settings_reaches_the_session(tmp_path: Path, record_property: Any) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "PYSPARK_"))}
+    env |= {
+        "REWIND_STATE_DIR": str(tmp_path / "state"),
+        "REWIND_SPARK_MASTER": "local[1]",
+        "REWIND_SPARK_CONF": json.dumps(
+            {
+                "spark.sql.shuffle.partitions": 3,
+                "spark.sql.session.timeZone": "Asia/Tokyo",
+                "spark.sql.ansi.enabled": "false",
+            }
+        ),
+    }
+    (tmp_path / "rewind.yaml").write_text(
+        "spark:\n  app_name: from-file\n  conf:\n    spark.sql.shuffle.partitions: '5'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    record_property("spark_session_seconds", round(got["seconds"], 1))
+
+    assert got["conf"] == {
+        "spark.sql.shuffle.partitions": "3",  # env wins over the file and over Rewind's default 8
+        "spark.sql.session.timeZone": "Asia/Tokyo",  # a user may override Rewind's UTC
+        "spark.sql.ansi.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",  # untouched defaults stay
+    }
+    assert got["master"] == "local[1]"
+    assert got["app"] == "from-file"
+    assert got["epoch_shown"] == "1970-01-01 09:00:00"
