@@ -1,0 +1,50 @@
+"""Small helpers for tests that put known records into a real broker."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(conf: dict[str, Any], topic: str, partitions: int) -> None:
+    admin = AdminClient(dict(conf))
+    for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        fut.result(timeout=15)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic=topic, timeout=5)
+        if topic in md.topics and len(md.topics[topic].partitions) == partitions:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {topic} not visible in metadata")
+
+
+def produce(
+    conf: dict[str, Any],
+    topic: str,
+    records: list[tuple[int, bytes | None, bytes | None, int | None]],
+    **overrides: Any,
+) -> None:
+    """Produce (partition, key, value, timestamp_ms) records; fail on any delivery error."""
+    producer = Producer({**conf, "linger.ms": 5, "enable.idempotence": True, **overrides})
+    errors: list[str] = []
+    for partition, key, value, ts in records:
+        producer.produce(
+            topic, key=key, value=value, partition=partition, timestamp=ts or 0,
+            on_delivery=lambda err, _m: errors.append(str(err)) if err else None,
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert not errors, errors
+
+
+def committed(conf: dict[str, Any], group: str, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=10)
+        return {(tp.topic, tp.partition): tp.offset for tp in got}
+    finally:
+        consumer.close()
