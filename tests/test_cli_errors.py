@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+try:
+    from tests.conftest import free_port
+except ImportError:  # tests/ run as a plain folder, not a package
+    from conftest import free_port  # type: ignore[no-redef]
 
 REWIND = str(Path(sys.executable).with_name("rewind"))
 PASSWORD = "cli-Secret-Pw-771"

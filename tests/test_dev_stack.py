@@ -20,7 +20,11 @@ from typing import Any
 import pytest
 
 from rewind.embedded.broker import BrokerProcess, metadata_answers, pid_alive, port_open
-from tests.conftest import free_port
+
+try:
+    from tests.conftest import free_port
+except ImportError:  # tests/ run as a plain folder, not a package
+    from conftest import free_port  # type: ignore[no-redef]
 
 REWIND = str(Path(sys.executable).with_name("rewind"))
 

@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import broker_is_embedded
+try:
+    from tests.conftest import broker_is_embedded
+except ImportError:  # tests/ run as a plain folder, not a package
+    from conftest import broker_is_embedded  # type: ignore[no-redef]
 
 REWIND = str(Path(sys.executable).with_name("rewind"))
 

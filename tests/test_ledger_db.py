@@ -14,7 +14,11 @@ from sqlalchemy import Engine, inspect, text
 from rewind.config import load_settings
 from rewind.errors import RewindError
 from rewind.ledger import SCHEMA_VERSION, connect, ensure_schema
-from tests.conftest import PG_DSN, free_port
+
+try:
+    from tests.conftest import PG_DSN, free_port
+except ImportError:  # tests/ run as a plain folder, not a package
+    from conftest import PG_DSN, free_port  # type: ignore[no-redef]
 
 
 def schema_rows(engine: Engine) -> list[tuple[int, int]]:

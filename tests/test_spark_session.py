@@ -10,8 +10,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from rewind.config import Settings
 
@@ -88,10 +90,17 @@ spark.stop()
 """
 
 
-def test_spark_conf_from_settings_reaches_the_session(tmp_path: Path, record_property: Any) -> None:
+@pytest.fixture(scope="session", autouse=True)
+def custom_conf_child(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A child process that builds its own session from a user's settings.
+
+    Session-scoped and autouse so that it starts before the shared ``spark`` fixture when
+    this module runs first: the two JVMs then boot side by side instead of one after the other.
+    """
+    cwd = tmp_path_factory.mktemp("spark-conf")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "PYSPARK_"))}
     env |= {
-        "REWIND_STATE_DIR": str(tmp_path / "state"),
+        "REWIND_STATE_DIR": str(cwd / "state"),
         "REWIND_SPARK_MASTER": "local[1]",
         "REWIND_SPARK_CONF": json.dumps(
             {
@@ -101,14 +110,26 @@ def test_spark_conf_from_settings_reaches_the_session(tmp_path: Path, record_pro
             }
         ),
     }
-    (tmp_path / "rewind.yaml").write_text(
+    (cwd / "rewind.yaml").write_text(
         "spark:\n  app_name: from-file\n  conf:\n    spark.sql.shuffle.partitions: '5'\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(result.stdout.strip().splitlines()[-1])
+    out, err = cwd / "stdout", cwd / "stderr"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", CHILD], env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+    try:
+        yield {"proc": proc, "stdout": out, "stderr": err}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_spark_conf_from_settings_reaches_the_session(
+    custom_conf_child: dict[str, Any], record_property: Any
+) -> None:
+    returncode = custom_conf_child["proc"].wait(timeout=180)
+    assert returncode == 0, custom_conf_child["stderr"].read_text()[-3000:]
+    got = json.loads(custom_conf_child["stdout"].read_text().strip().splitlines()[-1])
     record_property("spark_session_seconds", round(got["seconds"], 1))
 
     assert got["conf"] == {
