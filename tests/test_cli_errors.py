@@ -178,12 +178,6 @@ def test_debug_shows_the_traceback_of_a_config_error(tmp_path: Path) -> None:
     assert "ConfigError" in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an unknown librdkafka property makes confluent-kafka raise "
-    "KafkaException(_INVALID_ARG) while building the client; rewind.kafka.clients does not "
-    "turn it into a ConfigError, so the CLI prints a traceback",
-)
 def test_an_unknown_kafka_property_is_one_line(tmp_path: Path) -> None:
     result = run_cli(
         ["doctor", "--no-spark"],

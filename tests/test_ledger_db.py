@@ -119,11 +119,6 @@ def test_a_missing_postgresql_database_is_a_rewind_error(engines: list[Engine]) 
         ensure_schema(engine)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rewind.ledger.connect lets sqlalchemy's ArgumentError "
-    "escape for a malformed ledger_url, so the CLI prints a traceback",
-)
 def test_a_malformed_ledger_url_is_a_rewind_error() -> None:
     with pytest.raises(RewindError, match="ledger"):
         connect("not a database url")
@@ -139,11 +134,6 @@ def fresh_pg_db() -> Iterator[str]:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="BUG: ensure_schema is not safe when several processes open a "
-    "fresh PostgreSQL ledger at once (CREATE TABLE / INSERT race; needs an advisory lock)",
-)
 def test_concurrent_first_use_of_a_postgresql_ledger(fresh_pg_db: str, engines: list[Engine]) -> None:
     workers = 4
     barrier = threading.Barrier(workers)

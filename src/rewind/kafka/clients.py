@@ -10,7 +10,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from rewind.errors import BrokerUnreachable
+from rewind.errors import BrokerUnreachable, ConfigError
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Producer
@@ -23,16 +23,30 @@ def _with_logger(conf: dict[str, Any]) -> dict[str, Any]:
     return {"logger": RDKAFKA_LOGGER, **conf}
 
 
+def _build(kind: type[Any], conf: dict[str, Any]) -> Any:
+    """Construct a client; a bad property becomes one line naming it, not a traceback."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return kind(conf)
+    except (KafkaException, ValueError, TypeError) as exc:
+        detail = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        raise ConfigError(
+            f"Kafka client configuration rejected: {detail}; check kafka.properties (REWIND_KAFKA__*) "
+            "or the kafka.* options"
+        ) from None
+
+
 def admin(conf: dict[str, Any]) -> AdminClient:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(_with_logger(conf))
+    return _build(AdminClient, _with_logger(conf))
 
 
 def producer(conf: dict[str, Any], **overrides: Any) -> Producer:
     from confluent_kafka import Producer
 
-    return Producer(_with_logger({**conf, **overrides}))
+    return _build(Producer, _with_logger({**conf, **overrides}))
 
 
 def private_consumer(
@@ -56,7 +70,7 @@ def private_consumer(
         "enable.partition.eof": True,
         **overrides,
     }
-    return Consumer(_with_logger(settings) if route_logs else settings)
+    return _build(Consumer, _with_logger(settings) if route_logs else settings)
 
 
 def cluster_metadata(conf: dict[str, Any], timeout_s: float = 10.0) -> ClusterMetadata:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from rewind.errors import RewindError
+from rewind.errors import ConfigError, RewindError
 from rewind.ledger.schema import metadata, schema_info
 from rewind.secrets import mask_url
 
@@ -20,7 +20,13 @@ def connect(url: str) -> Engine:
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, pool_pre_ping=True)
+    try:
+        engine = create_engine(url, pool_pre_ping=True)
+    except (SQLAlchemyError, ImportError, ValueError) as exc:
+        raise ConfigError(
+            f"ledger_url {mask_url(url)!r} is not a usable database URL ({exc.__class__.__name__}); "
+            "expected sqlite:///path or postgresql://user@host/db"
+        ) from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -37,8 +43,11 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def
 def ensure_schema(engine: Engine) -> int:
     """Create missing tables and return the schema version recorded in the ledger."""
     try:
-        metadata.create_all(engine)
         with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                # two processes creating a fresh ledger at once must not race on CREATE TABLE
+                conn.execute(text("SELECT pg_advisory_xact_lock(7465626)"))
+            metadata.create_all(conn)
             version = conn.execute(select(schema_info.c.version)).scalar()
             if version is None:
                 conn.execute(schema_info.insert().values(id=1, version=SCHEMA_VERSION))
