@@ -1,0 +1,279 @@
+"""Iceberg sink: stage on a branch of the target (or a new staging table), commit per unit batch.
+
+Staging rules:
+
+* the target exists → output is committed to branch ``rewind-<run id>`` cut from the
+  target's current ``main`` snapshot (remembered as the base, so promotion can check that
+  ``main`` has not moved);
+* the target does not exist (a new read model) → output goes to a staging table
+  ``<table>__rewind_<run id>`` created with the output schema.
+
+Every commit carries the ids of the work units whose output it holds, in the snapshot
+summary (``rewind.run-id``, ``rewind.units``). The sink, not the ledger, is the truth about
+which units are done: a driver killed between the commit and the ledger update loses and
+duplicates nothing, because resume asks :meth:`IcebergSink.committed_units`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from rewind.errors import RewindError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+RUN_PROPERTY = "rewind.run-id"
+UNITS_PROPERTY = "rewind.units"
+
+
+class IcebergSinkError(RewindError):
+    """The Iceberg target or its staging cannot be used as asked."""
+
+
+@dataclass(frozen=True)
+class IcebergStaging:
+    """Where a run's output lives before promotion."""
+
+    target: str
+    table: str
+    branch: str | None
+    base_snapshot_id: int | None
+    created_table: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "iceberg", **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> IcebergStaging:
+        return cls(
+            data["target"],
+            data["table"],
+            data.get("branch"),
+            data.get("base_snapshot_id"),
+            bool(data.get("created_table")),
+        )
+
+    @property
+    def ref(self) -> str:
+        return self.branch or "main"
+
+    def describe(self) -> str:
+        return f"{self.table}@{self.branch}" if self.branch else self.table
+
+
+def _split(identifier: str) -> tuple[str, str]:
+    if identifier.count(".") < 1:
+        raise IcebergSinkError(f"sink.iceberg.table {identifier!r}: expected namespace.table")
+    namespace, _, name = identifier.rpartition(".")
+    return namespace, name
+
+
+class IcebergSink:
+    """Writes a run's output into Iceberg staging, one commit per batch of work units."""
+
+    kind = "iceberg"
+
+    def __init__(self, catalog: Catalog, table: str, mode: str = "append") -> None:
+        _split(table)
+        self.catalog = catalog
+        self.table_name = table
+        self.mode = mode
+
+    @property
+    def target(self) -> str:
+        return f"iceberg:{self.table_name}"
+
+    def _load(self, name: str) -> Table | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table(name)
+        except NoSuchTableError:
+            return None
+
+    # -- gates ----------------------------------------------------------------------------
+
+    def check(self, schema: pa.Schema) -> str:
+        """Raise when the output cannot go to the target; return a one-line description."""
+        try:
+            target = self._load(self.table_name)
+        except Exception as exc:  # the catalog itself is unreachable or misconfigured
+            raise IcebergSinkError(f"Iceberg catalog not reachable for {self.table_name}: {exc}") from exc
+        if target is None:
+            if self.mode == "replace-window":
+                raise IcebergSinkError(
+                    f"sink.iceberg.table {self.table_name} does not exist; replace-window needs an existing "
+                    "target (use mode: append for a new read model)"
+                )
+            return f"{self.table_name} does not exist: a staging table will be created for a new read model"
+        _check_compatible(self.table_name, target, schema)
+        return f"{self.table_name} exists: output is staged on a branch of it"
+
+    # -- staging --------------------------------------------------------------------------
+
+    def prepare(self, run_id: str, schema: pa.Schema) -> IcebergStaging:
+        """Create (or find again, on resume) the staging branch or table of ``run_id``."""
+        target = self._load(self.table_name)
+        if target is None:
+            name = f"{self.table_name}__rewind_{run_id.replace('-', '_')}"
+            if self._load(name) is None:
+                namespace, _ = _split(name)
+                self.catalog.create_namespace_if_not_exists(namespace)
+                self.catalog.create_table(name, schema=schema, properties={RUN_PROPERTY: run_id})
+            return IcebergStaging(self.target, name, None, None, True)
+        _check_compatible(self.table_name, target, schema)
+        branch = f"rewind-{run_id}"
+        ref = target.metadata.refs.get(branch)
+        main = target.metadata.refs.get("main")
+        if ref is None:
+            if main is not None:
+                target.manage_snapshots().create_branch(main.snapshot_id, branch).commit()
+            base = main.snapshot_id if main is not None else None
+        else:
+            # resume: the base is the main snapshot the branch was cut from (its oldest ancestor
+            # not written by this run)
+            base = self._base_of(target, branch, run_id)
+        return IcebergStaging(self.target, self.table_name, branch, base, False)
+
+    def _base_of(self, table: Table, branch: str, run_id: str) -> int | None:
+        for snap in self._ancestors(table, branch):
+            props = snap.summary.additional_properties if snap.summary else {}
+            if props.get(RUN_PROPERTY) != run_id:
+                return snap.snapshot_id
+        return None
+
+    def _ancestors(self, table: Table, ref: str) -> list[Any]:
+        from pyiceberg.table.snapshots import ancestors_of
+
+        head = table.snapshot_by_name(ref)
+        return list(ancestors_of(head, table.metadata)) if head is not None else []
+
+    def committed_units(self, staging: IcebergStaging, run_id: str) -> set[str]:
+        table = self._load(staging.table)
+        if table is None:
+            return set()
+        done: set[str] = set()
+        for snap in self._ancestors(table, staging.ref):
+            props = snap.summary.additional_properties if snap.summary else {}
+            if props.get(RUN_PROPERTY) == run_id and props.get(UNITS_PROPERTY):
+                done.update(props[UNITS_PROPERTY].split(","))
+        return done
+
+    def data_folder(self, staging: IcebergStaging) -> str:
+        table = self._load(staging.table)
+        if table is None:
+            raise IcebergSinkError(f"staging table {staging.table} disappeared; run `rewind resume` again")
+        return f"{table.location().rstrip('/')}/data"
+
+    def commit(
+        self, staging: IcebergStaging, run_id: str, unit_ids: list[str], files: list[str]
+    ) -> int | None:
+        """Add the files to staging in ONE commit that also names the units it completes.
+
+        Steps: (1) load the staging table fresh; (2) add the files on the staging ref with the
+        unit ids in the snapshot summary; (3) the catalog's optimistic concurrency refuses
+        the commit if the ref moved meanwhile (another writer), and the error propagates.
+        Units with no output rows still get a (file-less) marker commit, so they count as done.
+        """
+        table = self._load(staging.table)
+        if table is None:
+            raise IcebergSinkError(f"staging table {staging.table} disappeared before commit")
+        props = {RUN_PROPERTY: run_id, UNITS_PROPERTY: ",".join(sorted(unit_ids))}
+        branch = staging.branch or "main"
+        if files:
+            table.add_files(files, snapshot_properties=props, branch=branch)
+        else:
+            import pyarrow as pa
+
+            empty = pa.Table.from_batches([], schema=table.schema().as_arrow())
+            table.append(empty, snapshot_properties=props, branch=branch)
+        table = self._load(staging.table)
+        head = table.snapshot_by_name(branch) if table is not None else None
+        return head.snapshot_id if head is not None else None
+
+    # -- reading --------------------------------------------------------------------------
+
+    def read(self, spark: SparkSession, staging: IcebergStaging) -> DataFrame:
+        """Staging as a Spark DataFrame: files planned by pyiceberg, read by Spark."""
+        table = self._load(staging.table)
+        if table is None:
+            raise IcebergSinkError(f"staging table {staging.table} does not exist")
+        return read_iceberg(spark, table, staging.ref)
+
+
+def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFrame:
+    """Read an Iceberg table (at a ref) into Spark: pyiceberg plans the files, Spark reads them.
+
+    Refuses what this simple path cannot read correctly: row-level delete files.
+    """
+    snapshot = table.snapshot_by_name(ref)
+    schema = table.schema().as_arrow()
+    if snapshot is None:
+        import pyarrow as pa
+
+        return spark.createDataFrame(
+            pa.Table.from_batches([], schema=schema).to_pandas(), _spark_schema(schema)
+        )
+    tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+    with_deletes = [t.file.file_path for t in tasks if t.delete_files]
+    if with_deletes:
+        raise IcebergSinkError(
+            f"{table.name()} has row-level delete files (e.g. on {with_deletes[0]}); Rewind reads only "
+            "copy-on-write tables here: compact the table first"
+        )
+    paths = [t.file.file_path for t in tasks]
+    if not paths:
+        import pyarrow as pa
+
+        return spark.createDataFrame(
+            pa.Table.from_batches([], schema=schema).to_pandas(), _spark_schema(schema)
+        )
+    return spark.read.schema(_spark_schema(schema)).parquet(*paths)
+
+
+def _spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _check_compatible(name: str, table: Table, schema: pa.Schema) -> None:
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+
+    target_fields = {f.name: f for f in table.schema().fields}
+    try:
+        incoming = pyarrow_to_schema(schema, name_mapping=table.schema().name_mapping)
+    except Exception:
+        incoming = None
+    missing = [f.name for f in schema if f.name not in target_fields]
+    if missing:
+        raise IcebergSinkError(
+            f"output columns {missing} are not in {name}; "
+            "add them to the table or drop them from the translate"
+        )
+    if incoming is not None:
+        for field in incoming.fields:
+            target = target_fields[field.name]
+            if str(field.field_type) != str(target.field_type) and not _promotable(
+                field.field_type, target.field_type
+            ):
+                raise IcebergSinkError(
+                    f"output column {field.name} is {field.field_type}, {name} has {target.field_type}; "
+                    "cast it in the translate"
+                )
+
+
+def _promotable(source: Any, target: Any) -> bool:
+    from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType
+
+    return (isinstance(source, IntegerType) and isinstance(target, LongType)) or (
+        isinstance(source, FloatType) and isinstance(target, DoubleType)
+    )
