@@ -22,6 +22,8 @@ from rewind.kafka.ranges import OffsetRange
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from rewind.spark.ratelimit import Pacer
+
 # librdkafka settings tuned for bulk reads of a bounded range; a user's kafka.* wins.
 FETCH_DEFAULTS: dict[str, Any] = {
     "isolation.level": "read_committed",
@@ -74,8 +76,12 @@ def fetch_ranges(
     include_headers: bool = False,
     poll_timeout_s: float = 120.0,
     batch_messages: int = BATCH_MESSAGES,
+    pacer: Pacer | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of several ranges (distinct partitions) read at once by one consumer.
+
+    ``pacer`` (optional) holds the read to a job-wide rate: every response is paid for
+    before it is handed on, so downstream work never runs ahead of the limit.
 
     One consumer fetching several partitions keeps the broker busy while Python turns the
     previous response into Arrow; one partition per consumer is bound by fetch latency
@@ -136,8 +142,11 @@ def fetch_ranges(
             if not good:
                 continue
             batch = _to_batch(schema, good, include_headers)
-            keys = list(zip(batch.column(2).to_pylist(), batch.column(3).to_pylist(), strict=True)) \
-                if single_topic is None else [(single_topic, p) for p in batch.column(3).to_pylist()]
+            keys = (
+                list(zip(batch.column(2).to_pylist(), batch.column(3).to_pylist(), strict=True))
+                if single_topic is None
+                else [(single_topic, p) for p in batch.column(3).to_pylist()]
+            )
             offsets = batch.column(4).to_pylist()
             last = dict(zip(keys, offsets, strict=True))  # last offset per partition in this response
             if any(off + 1 >= ends.get(tp, 0) for tp, off in last.items()):
@@ -153,6 +162,8 @@ def fetch_ranges(
             for tp, off in last.items():
                 positions[tp] = off + 1
             if batch.num_rows:
+                if pacer is not None:
+                    pacer.acquire(batch.num_rows, batch.nbytes, time.sleep)
                 yield batch
     finally:
         consumer.close()
@@ -177,8 +188,10 @@ def _to_batch(schema: pa.Schema, messages: list[Any], include_headers: bool) -> 
     ]
     if include_headers:
         # as Spark's Kafka source: null when a record has no headers
-        columns.append(pa.array(
-            [[{"key": k, "value": v} for k, v in h] if (h := m.headers()) else None for m in messages],
-            type=schema.field("headers").type,
-        ))
+        columns.append(
+            pa.array(
+                [[{"key": k, "value": v} for k, v in h] if (h := m.headers()) else None for m in messages],
+                type=schema.field("headers").type,
+            )
+        )
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -10,6 +10,7 @@ their planned :class:`~rewind.kafka.ranges.OffsetRange` with :func:`~rewind.spar
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from rewind.kafka.offsets import ReadPlan
+    from rewind.spark.ratelimit import Pacer
 
 
 def spark_schema(include_headers: bool) -> StructType:
@@ -102,6 +104,10 @@ class KafkaBatchReader(DataSourceReader):
         self.ranges_per_task = positive_int(options, "rangesPerTask") or 4
         self.poll_timeout_s = (positive_float(options, "kafkaConsumer.pollTimeoutMs") or 120_000) / 1000
         self.plan: ReadPlan | None = None
+        self.max_records_per_second = positive_float(options, "maxRecordsPerSecond")
+        self.max_bytes_per_second = positive_float(options, "maxBytesPerSecond")
+        self.rate_limit_id = lower_keys(options).get("ratelimitid") or uuid.uuid4().hex
+        self.rate_limit_dir = lower_keys(options).get("ratelimitdir")
 
     def _plan(self) -> ReadPlan:
         from rewind.kafka.offsets import ReadPlan, parse_spark_options, resolve
@@ -119,4 +125,31 @@ class KafkaBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         ranges = getattr(partition, "ranges", None) or [OffsetRange.from_dict(d) for d in partition.value]
-        yield from fetch_ranges(self.conf, ranges, self.include_headers, self.poll_timeout_s)
+        yield from fetch_ranges(
+            self.conf,
+            ranges,
+            self.include_headers,
+            self.poll_timeout_s,
+            batch_messages=self._batch_size(),
+            pacer=self._pacer(),
+        )
+
+    def _pacer(self) -> Pacer | None:
+        """A job-wide read limit shared by every task on this host (see ``ratelimit``)."""
+        if self.max_records_per_second is None and self.max_bytes_per_second is None:
+            return None
+        from pathlib import Path
+
+        from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path
+
+        limit = RateLimit(self.max_records_per_second, self.max_bytes_per_second)
+        folder = Path(self.rate_limit_dir) if self.rate_limit_dir else default_state_dir()
+        return SharedFilePacer(limit, shared_state_path(folder, f"read-{self.rate_limit_id}"))
+
+    def _batch_size(self) -> int:
+        from rewind.spark.kafka_fetch import BATCH_MESSAGES
+
+        if self.max_records_per_second is None:
+            return BATCH_MESSAGES
+        # a response is paid for as a whole: keep it to a small slice of a second's quota
+        return max(1, min(BATCH_MESSAGES, int(self.max_records_per_second / 20)))
