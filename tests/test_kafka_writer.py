@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import multiprocessing
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,14 +19,15 @@ import pytest
 
 from rewind.errors import ConfigError
 from rewind.spark.kafka_writer import (
+    FORMAT_NAME,
     WRITE_ONLY_FORMAT_NAME,
     KafkaWriteOnlySource,
     KafkaWriteSummary,
     WriterOptions,
 )
-from rewind.spark.ratelimit import LocalPacer, RateLimit, SharedFilePacer
+from rewind.spark.ratelimit import LocalPacer, RateLimit
 
-FORMAT = WRITE_ONLY_FORMAT_NAME
+FORMAT = FORMAT_NAME  # the combined rewind-kafka source, whose writer() is make_writer
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Record:
 
 @pytest.fixture(scope="module")
 def writer_spark(spark):  # type: ignore[no-untyped-def]
+    from rewind.spark import register
+
+    register(spark)  # rewind-kafka, as a session from rewind.spark.session() has it
     spark.dataSource.register(KafkaWriteOnlySource)
     return spark
 
@@ -51,6 +56,13 @@ def create_topic(conf: dict[str, object], name: str, partitions: int = 1) -> Non
 
     client = admin(dict(conf))  # kept alive until the future resolves
     client.create_topics([NewTopic(name, partitions)])[name].result(timeout=30)
+    deadline = time.monotonic() + 15  # creation is asynchronous on a real cluster
+    while time.monotonic() < deadline:
+        topic = client.list_topics(name, timeout=5).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {name} not in metadata after creation")
 
 
 def read_topic(
@@ -62,7 +74,7 @@ def read_topic(
     from rewind.kafka.clients import cluster_metadata, private_consumer
 
     partitions = sorted(cluster_metadata(dict(conf)).topics[topic].partitions)
-    consumer = private_consumer(dict(conf), "test", **{"isolation.level": isolation})
+    consumer = private_consumer(dict(conf), "test", **{"isolation.level": isolation, "fetch.wait.max.ms": 50})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         pending = set(partitions)
@@ -226,7 +238,9 @@ def test_transactional_writes_are_all_visible_after_commit(  # type: ignore[no-u
 ) -> None:
     create_topic(kafka_conf, topic_name, partitions=3)
     n = 5000
-    df = writer_spark.range(n).selectExpr("cast(id as string) as key", "cast(cast(id as string) as binary) as value")
+    df = writer_spark.range(n).selectExpr(
+        "cast(id as string) as key", "cast(cast(id as string) as binary) as value"
+    )
     options = kafka_options(bootstrap, topic=topic_name, transactional="true", runId=topic_name)
     write(df.repartition(4), options)
     got = read_topic(kafka_conf, topic_name, isolation="read_committed")
@@ -272,7 +286,10 @@ def test_transactional_failure_leaves_nothing_committed(  # type: ignore[no-unty
     Brokers that hand aborted records to ``read_committed`` readers (the embedded tansu
     does) cannot show this, so there the test only checks that the job failed.
     """
-    from conftest import broker_is_embedded
+    try:
+        from tests.conftest import broker_is_embedded
+    except ImportError:
+        from conftest import broker_is_embedded  # type: ignore[no-redef]
 
     create_topic(kafka_conf, topic_name, partitions=1)
     rows = [(str(i), 0) for i in range(100)] + [("bad", 5)]
@@ -321,10 +338,20 @@ def test_extra_columns_are_ignored_when_asked(writer_spark, kafka_conf, bootstra
     assert len(read_topic(kafka_conf, topic_name)) == 5
 
 
-def test_overwrite_is_refused(writer_spark, bootstrap) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("fmt", [FORMAT_NAME, WRITE_ONLY_FORMAT_NAME])
+def test_overwrite_is_refused(writer_spark, bootstrap, fmt) -> None:  # type: ignore[no-untyped-def]
     df = writer_spark.range(1).selectExpr("cast(id as string) as value")
     with pytest.raises(Exception, match="only appends"):
-        df.write.format(FORMAT).options(**kafka_options(bootstrap, topic="t")).mode("overwrite").save()
+        df.write.format(fmt).options(**kafka_options(bootstrap, topic="t")).mode("overwrite").save()
+
+
+def test_write_only_source_writes(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+    create_topic(kafka_conf, topic_name)
+    df = writer_spark.range(3).selectExpr("cast(id as string) as value")
+    df.write.format(WRITE_ONLY_FORMAT_NAME).options(**kafka_options(bootstrap, topic=topic_name)).mode(
+        "append"
+    ).save()
+    assert sorted(r.value for r in read_topic(kafka_conf, topic_name)) == [b"0", b"1", b"2"]
 
 
 def test_options_parse_passes_kafka_properties_through() -> None:
@@ -389,29 +416,25 @@ def test_bytes_per_second_limits_the_job(writer_spark, kafka_conf, bootstrap, to
     assert busiest * size <= rate * 1.1
 
 
-def _hammer(path: str, rate: float, seconds: float, out: Any) -> None:
-    pacer = SharedFilePacer(RateLimit(records_per_second=rate), Path(path))
-    sent = 0
-    stop = time.monotonic() + seconds
-    while time.monotonic() < stop:
-        pacer.acquire(10, 0, time.sleep)
-        sent += 10
-    out.put(sent)
+_HAMMER = """
+import sys, time
+from pathlib import Path
+from rewind.spark.ratelimit import RateLimit, SharedFilePacer
+pacer = SharedFilePacer(RateLimit(records_per_second=float(sys.argv[2])), Path(sys.argv[1]))
+sent, stop = 0, time.monotonic() + float(sys.argv[3])
+while time.monotonic() < stop:
+    pacer.acquire(10, 0, time.sleep)
+    sent += 10
+print(sent)
+"""
 
 
 def test_shared_file_pacer_holds_across_processes(tmp_path: Path) -> None:
     """Three processes pacing on one file send the limit together, not three times it."""
-    rate, seconds = 3000.0, 1.5
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    procs = [
-        ctx.Process(target=_hammer, args=(str(tmp_path / "job.pace"), rate, seconds, out)) for _ in range(3)
-    ]
-    for p in procs:
-        p.start()
-    total = sum(out.get(timeout=30) for _ in procs)
-    for p in procs:
-        p.join(10)
+    rate, seconds = 3000, 1.5
+    args = [sys.executable, "-c", _HAMMER, str(tmp_path / "job.pace"), str(rate), str(seconds)]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    total = sum(int(p.communicate(timeout=30)[0]) for p in procs)
     # processes start at slightly different times; each stops after `seconds` of its own
     assert rate * seconds * 0.8 <= total <= rate * (seconds + 0.3) + 30
 
