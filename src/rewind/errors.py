@@ -30,3 +30,15 @@ class BrokerUnreachable(RewindError):
         hint = "check kafka.bootstrap_servers (or REWIND_BOOTSTRAP_SERVERS), or run `rewind dev up`"
         suffix = f" ({detail})" if detail else ""
         super().__init__(f"no Kafka broker answered at {bootstrap}{suffix}; {hint}")
+
+
+class SpecError(RewindError):
+    """A job spec is missing, unreadable or invalid.
+
+    The message is one line: the file, the dotted field, what is wrong, the bad value and
+    what is allowed. ``field`` is the dotted path when the error is about one field.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
