@@ -1,17 +1,33 @@
-"""Connecting to the ledger and creating its tables."""
+"""Connecting to the ledger and creating its tables.
+
+On SQLite the driver's own transaction handling is switched off so that every SQLAlchemy
+transaction is a real SQLite transaction (reads included), and a transaction that reads
+before it writes can ask for the write lock up front with the execution option
+``rewind_sqlite_begin="IMMEDIATE"`` (see :data:`WRITE`). Without that, two processes that
+both read and then write get ``database is locked`` instead of waiting their turn.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from rewind.errors import ConfigError, RewindError
 from rewind.ledger.schema import metadata, schema_info
 from rewind.secrets import mask_url
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version of the tables this code writes. History:
+
+1. ``rewind_schema`` only.
+2. plans, runs, units, leases, audit (created by ``create_all``; nothing to convert).
+"""
+
+WRITE: dict[str, Any] = {"rewind_sqlite_begin": "IMMEDIATE"}
+"""Execution options of a read-then-write transaction (``engine.execution_options(**WRITE)``)."""
 
 
 def connect(url: str) -> Engine:
@@ -29,21 +45,33 @@ def connect(url: str) -> Engine:
         ) from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # SQLAlchemy emits BEGIN itself (_sqlite_begin); the driver must not open transactions
+    dbapi_conn.isolation_level = None
     # WAL lets a reader (rewind show) look while a run writes; busy_timeout waits, not fails
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 
 
+def _sqlite_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get("rewind_sqlite_begin", "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if mode == 'IMMEDIATE' else 'DEFERRED'}")
+
+
 def ensure_schema(engine: Engine) -> int:
-    """Create missing tables and return the schema version recorded in the ledger."""
+    """Create missing tables, bring an older ledger up to date, and return its schema version.
+
+    A ledger written by a newer Rewind is refused rather than half-understood.
+    """
     try:
-        with engine.begin() as conn:
+        with engine.execution_options(**WRITE).begin() as conn:
             if engine.dialect.name == "postgresql":
                 # two processes creating a fresh ledger at once must not race on CREATE TABLE
                 conn.execute(text("SELECT pg_advisory_xact_lock(7465626)"))
@@ -52,9 +80,19 @@ def ensure_schema(engine: Engine) -> int:
             if version is None:
                 conn.execute(schema_info.insert().values(id=1, version=SCHEMA_VERSION))
                 version = SCHEMA_VERSION
+            elif version < SCHEMA_VERSION:
+                # every step so far only added tables, which create_all has just done
+                conn.execute(schema_info.update().where(schema_info.c.id == 1).values(version=SCHEMA_VERSION))
+                version = SCHEMA_VERSION
+            elif version > SCHEMA_VERSION:
+                raise RewindError(
+                    f"ledger at {mask_url(str(engine.url))} has schema v{version}, newer than this "
+                    f"Rewind understands (v{SCHEMA_VERSION}); upgrade Rewind"
+                )
     except SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None)
         raise RewindError(
             f"ledger at {mask_url(str(engine.url))} is not usable: {exc.__class__.__name__}: "
-            f"{mask_url(str(exc.orig) if getattr(exc, 'orig', None) else str(exc)).splitlines()[0]}"
+            f"{mask_url(str(orig) if orig else str(exc)).splitlines()[0]}"
         ) from exc
     return int(version)
