@@ -32,16 +32,16 @@ FORMAT = FORMAT_NAME  # the combined rewind-kafka source, whose writer() is make
 
 @dataclass(frozen=True)
 class Record:
-    partition: int
-    offset: int
+    partition: Any
+    offset: Any
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
+    headers: tuple[Any, ...]
     timestamp_ms: int
 
 
 @pytest.fixture(scope="module")
-def writer_spark(spark):  # type: ignore[no-untyped-def]
+def writer_spark(spark):
     from rewind.spark import register
 
     register(spark)  # rewind-kafka, as a session from rewind.spark.session() has it
@@ -74,7 +74,8 @@ def read_topic(
     from rewind.kafka.clients import cluster_metadata, private_consumer
 
     partitions = sorted(cluster_metadata(dict(conf)).topics[topic].partitions)
-    consumer = private_consumer(dict(conf), "test", **{"isolation.level": isolation, "fetch.wait.max.ms": 50})
+    overrides: dict[str, Any] = {"isolation.level": isolation, "fetch.wait.max.ms": 50}
+    consumer = private_consumer(dict(conf), "test", **overrides)
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         pending = set(partitions)
@@ -104,6 +105,11 @@ def read_topic(
         consumer.close()
 
 
+def value_of(record: Record) -> bytes:
+    assert record.value is not None
+    return record.value
+
+
 def kafka_options(bootstrap: str, **extra: Any) -> dict[str, str]:
     return {"kafka.bootstrap.servers": bootstrap, **{k: str(v) for k, v in extra.items()}}
 
@@ -116,7 +122,7 @@ def write(df: Any, options: dict[str, str]) -> None:
 # what goes in comes out
 
 
-def test_all_columns_are_written_exactly(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+def test_all_columns_are_written_exactly(writer_spark, kafka_conf, bootstrap, topic_name) -> None:
     """Keys, values, headers, explicit partitions and timestamps arrive byte for byte, in order."""
     from pyspark.sql.types import (
         ArrayType,
@@ -134,7 +140,9 @@ def test_all_columns_are_written_exactly(writer_spark, kafka_conf, bootstrap, to
     for i in range(3000):
         key = None if i % 7 == 0 else f"k{i}".encode()
         value = None if i % 11 == 0 else bytes([i % 256]) * (i % 50) + b"\x00end"
-        headers = [] if i % 3 == 0 else [("seq", str(i).encode()), ("bin", b"\xff\x00" * (i % 4))]
+        headers: list[tuple[str, bytes]] | None = (
+            [] if i % 3 == 0 else [("seq", str(i).encode()), ("bin", b"\xff\x00" * (i % 4))]
+        )
         if i % 5 == 0:
             headers = None
         ts = base + dt.timedelta(milliseconds=i)
@@ -166,7 +174,7 @@ def test_all_columns_are_written_exactly(writer_spark, kafka_conf, bootstrap, to
         assert actual == expected  # one task per partition keeps the DataFrame's order
 
 
-def test_string_columns_many_tasks_and_null_timestamps(  # type: ignore[no-untyped-def]
+def test_string_columns_many_tasks_and_null_timestamps(
     writer_spark, kafka_conf, bootstrap, topic_name
 ) -> None:
     """String key/value from several tasks: each record exactly once; no timestamp = produce time."""
@@ -183,13 +191,13 @@ def test_string_columns_many_tasks_and_null_timestamps(  # type: ignore[no-untyp
     )
     assert all(before - 1000 <= r.timestamp_ms <= after + 1000 for r in got)
     # one key, one partition: the partitioner is deterministic on the key
-    by_key = {}
+    by_key: dict[bytes | None, set[int]] = {}
     for r in got:
         by_key.setdefault(r.key, set()).add(r.partition)
     assert len({p for parts in by_key.values() for p in parts}) > 1
 
 
-def test_topic_column_routes_records_and_topic_option_wins(  # type: ignore[no-untyped-def]
+def test_topic_column_routes_records_and_topic_option_wins(
     writer_spark, kafka_conf, bootstrap, topic_name
 ) -> None:
     a, b, c = f"{topic_name}-a", f"{topic_name}-b", f"{topic_name}-c"
@@ -197,22 +205,22 @@ def test_topic_column_routes_records_and_topic_option_wins(  # type: ignore[no-u
         create_topic(kafka_conf, t)
     df = writer_spark.createDataFrame([(a, "1"), (b, "2"), (a, "3")], "topic string, value string")
     write(df, kafka_options(bootstrap))
-    assert sorted(r.value for r in read_topic(kafka_conf, a)) == [b"1", b"3"]
+    assert sorted(value_of(r) for r in read_topic(kafka_conf, a)) == [b"1", b"3"]
     assert [r.value for r in read_topic(kafka_conf, b)] == [b"2"]
 
     write(df, kafka_options(bootstrap, topic=c))  # as in Spark: the option overrides the column
-    assert sorted(r.value for r in read_topic(kafka_conf, c)) == [b"1", b"2", b"3"]
+    assert sorted(value_of(r) for r in read_topic(kafka_conf, c)) == [b"1", b"2", b"3"]
     assert len(read_topic(kafka_conf, a)) == 2
 
 
-def test_double_timestamp_is_seconds(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+def test_double_timestamp_is_seconds(writer_spark, kafka_conf, bootstrap, topic_name) -> None:
     create_topic(kafka_conf, topic_name)
     df = writer_spark.createDataFrame([("x", 1714564800.123)], "value string, timestamp double")
     write(df, kafka_options(bootstrap, topic=topic_name))
     assert [r.timestamp_ms for r in read_topic(kafka_conf, topic_name)] == [1714564800123]
 
 
-def test_empty_dataframe_writes_nothing(writer_spark, kafka_conf, bootstrap, topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_empty_dataframe_writes_nothing(writer_spark, kafka_conf, bootstrap, topic_name, tmp_path) -> None:
     create_topic(kafka_conf, topic_name)
     summary = tmp_path / "summary.json"
     df = writer_spark.range(0).selectExpr("cast(id as string) as value")
@@ -221,7 +229,7 @@ def test_empty_dataframe_writes_nothing(writer_spark, kafka_conf, bootstrap, top
     assert json.loads(summary.read_text())["records"] == 0
 
 
-def test_summary_counts_records_and_bytes(writer_spark, kafka_conf, bootstrap, topic_name, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_summary_counts_records_and_bytes(writer_spark, kafka_conf, bootstrap, topic_name, tmp_path) -> None:
     create_topic(kafka_conf, topic_name, partitions=2)
     summary = tmp_path / "out" / "summary.json"
     df = writer_spark.range(1000).selectExpr("cast(id % 10 as string) as key", "repeat('y', 20) as value")
@@ -233,7 +241,7 @@ def test_summary_counts_records_and_bytes(writer_spark, kafka_conf, bootstrap, t
     assert len(read_topic(kafka_conf, topic_name)) == 1000
 
 
-def test_transactional_writes_are_all_visible_after_commit(  # type: ignore[no-untyped-def]
+def test_transactional_writes_are_all_visible_after_commit(
     writer_spark, kafka_conf, bootstrap, topic_name
 ) -> None:
     create_topic(kafka_conf, topic_name, partitions=3)
@@ -244,7 +252,7 @@ def test_transactional_writes_are_all_visible_after_commit(  # type: ignore[no-u
     options = kafka_options(bootstrap, topic=topic_name, transactional="true", runId=topic_name)
     write(df.repartition(4), options)
     got = read_topic(kafka_conf, topic_name, isolation="read_committed")
-    assert sorted(int(r.key) for r in got) == list(range(n))
+    assert sorted(int(r.key or b"-1") for r in got) == list(range(n))
 
     # the same run id again: each task re-initialises its transactional id and commits again
     write(df.limit(10), options)
@@ -255,7 +263,7 @@ def test_transactional_writes_are_all_visible_after_commit(  # type: ignore[no-u
 # failures fail the job, with the broker's words
 
 
-def test_unknown_partition_fails_the_job_with_the_error(  # type: ignore[no-untyped-def]
+def test_unknown_partition_fails_the_job_with_the_error(
     writer_spark, kafka_conf, bootstrap, topic_name
 ) -> None:
     create_topic(kafka_conf, topic_name, partitions=1)
@@ -268,7 +276,7 @@ def test_unknown_partition_fails_the_job_with_the_error(  # type: ignore[no-unty
     assert topic_name in text and "partition 7" in text
 
 
-def test_record_too_large_fails_the_job_with_the_error(  # type: ignore[no-untyped-def]
+def test_record_too_large_fails_the_job_with_the_error(
     writer_spark, kafka_conf, bootstrap, topic_name
 ) -> None:
     create_topic(kafka_conf, topic_name)
@@ -278,7 +286,7 @@ def test_record_too_large_fails_the_job_with_the_error(  # type: ignore[no-untyp
     assert "Message size too large" in str(caught.value)
 
 
-def test_transactional_failure_leaves_nothing_committed(  # type: ignore[no-untyped-def]
+def test_transactional_failure_leaves_nothing_committed(
     writer_spark, kafka_conf, bootstrap, topic_name
 ) -> None:
     """A failing transactional task aborts; committed readers never see its records.
@@ -323,15 +331,20 @@ def test_transactional_failure_leaves_nothing_committed(  # type: ignore[no-unty
             "cast(id as string) as value",
             "records_per_second",
         ),
+        (
+            {"kafka.bootstrap.servers": "x:1", "topic": "t", "kafka.no.such.thing": "1"},
+            "cast(id as string) as value",
+            "No such configuration property",
+        ),
     ],
 )
-def test_bad_options_and_columns_fail_before_writing(writer_spark, options, columns, message) -> None:  # type: ignore[no-untyped-def]
+def test_bad_options_and_columns_fail_before_writing(writer_spark, options, columns, message) -> None:
     df = writer_spark.range(1).selectExpr(*columns.split(", "))
     with pytest.raises(Exception, match=message):
         write(df, options)
 
 
-def test_extra_columns_are_ignored_when_asked(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+def test_extra_columns_are_ignored_when_asked(writer_spark, kafka_conf, bootstrap, topic_name) -> None:
     create_topic(kafka_conf, topic_name)
     df = writer_spark.range(5).selectExpr("cast(id as string) as value", "id as other")
     write(df, kafka_options(bootstrap, topic=topic_name, ignoreExtraColumns="true"))
@@ -339,19 +352,19 @@ def test_extra_columns_are_ignored_when_asked(writer_spark, kafka_conf, bootstra
 
 
 @pytest.mark.parametrize("fmt", [FORMAT_NAME, WRITE_ONLY_FORMAT_NAME])
-def test_overwrite_is_refused(writer_spark, bootstrap, fmt) -> None:  # type: ignore[no-untyped-def]
+def test_overwrite_is_refused(writer_spark, bootstrap, fmt) -> None:
     df = writer_spark.range(1).selectExpr("cast(id as string) as value")
     with pytest.raises(Exception, match="only appends"):
         df.write.format(fmt).options(**kafka_options(bootstrap, topic="t")).mode("overwrite").save()
 
 
-def test_write_only_source_writes(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+def test_write_only_source_writes(writer_spark, kafka_conf, bootstrap, topic_name) -> None:
     create_topic(kafka_conf, topic_name)
     df = writer_spark.range(3).selectExpr("cast(id as string) as value")
     df.write.format(WRITE_ONLY_FORMAT_NAME).options(**kafka_options(bootstrap, topic=topic_name)).mode(
         "append"
     ).save()
-    assert sorted(r.value for r in read_topic(kafka_conf, topic_name)) == [b"0", b"1", b"2"]
+    assert sorted(value_of(r) for r in read_topic(kafka_conf, topic_name)) == [b"0", b"1", b"2"]
 
 
 def test_options_parse_passes_kafka_properties_through() -> None:
@@ -382,9 +395,7 @@ def _send_spans(records: list[Record]) -> tuple[float, int]:
     return (stamps[-1] - stamps[0]) / 1000, busiest
 
 
-def test_records_per_second_is_shared_by_all_tasks(  # type: ignore[no-untyped-def]
-    writer_spark, kafka_conf, bootstrap, topic_name
-) -> None:
+def test_records_per_second_is_shared_by_all_tasks(writer_spark, kafka_conf, bootstrap, topic_name) -> None:
     """4 tasks (2 at a time) share 4,000 records/s: 16,000 records take about 4 s, never faster."""
     create_topic(kafka_conf, topic_name, partitions=2)
     rate, n = 4000, 16_000
@@ -403,7 +414,7 @@ def test_records_per_second_is_shared_by_all_tasks(  # type: ignore[no-untyped-d
     assert elapsed >= ideal * 0.9
 
 
-def test_bytes_per_second_limits_the_job(writer_spark, kafka_conf, bootstrap, topic_name) -> None:  # type: ignore[no-untyped-def]
+def test_bytes_per_second_limits_the_job(writer_spark, kafka_conf, bootstrap, topic_name) -> None:
     create_topic(kafka_conf, topic_name)
     rate, n, size = 200_000, 500, 1000  # 500 kB at 200 kB/s: 2.5 s
     df = writer_spark.range(n).selectExpr(f"repeat('b', {size}) as value").repartition(2)
@@ -437,6 +448,29 @@ def test_shared_file_pacer_holds_across_processes(tmp_path: Path) -> None:
     total = sum(int(p.communicate(timeout=30)[0]) for p in procs)
     # processes start at slightly different times; each stops after `seconds` of its own
     assert rate * seconds * 0.8 <= total <= rate * (seconds + 0.3) + 30
+
+
+def test_pacer_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """numTasks splits the cap; a task on another host refuses a host-local shared cap."""
+    import socket
+
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from rewind.spark.kafka_writer import make_writer
+    from rewind.spark.ratelimit import SharedFilePacer
+
+    schema = StructType([StructField("value", StringType())])
+    base = {"kafka.bootstrap.servers": "h:1", "topic": "t", "maxRecordsPerSecond": "1000"}
+    split = make_writer(schema, False, {**base, "numTasks": "4"})._pacer()
+    assert isinstance(split, LocalPacer) and split.limit.records_per_second == 250
+    shared = make_writer(schema, False, {**base, "rateLimitDir": str(tmp_path)})._pacer()
+    assert isinstance(shared, SharedFilePacer) and shared.path.parent == tmp_path
+    assert make_writer(schema, False, {"kafka.bootstrap.servers": "h:1", "topic": "t"})._pacer() is None
+
+    writer = make_writer(schema, False, base)
+    monkeypatch.setattr(socket, "gethostname", lambda: "some-other-host")
+    with pytest.raises(ConfigError, match="numTasks"):
+        writer._pacer()
 
 
 def test_local_pacer_is_exact() -> None:

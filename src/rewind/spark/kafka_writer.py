@@ -103,6 +103,7 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 TRANSACTIONAL_DEFAULTS: dict[str, Any] = {"transaction.timeout.ms": 600_000}
 
 _SLICE_ROWS = 10_000  # rows produced between two polls of the delivery queue
+_TRANSACTION_CALL_TIMEOUT_S = 60.0  # a broker that cannot init/commit in a minute fails the task
 _KNOWN_COLUMNS = ("topic", "key", "value", "headers", "partition", "timestamp")
 
 
@@ -368,7 +369,7 @@ class KafkaArrowWriter(DataSourceArrowWriter):
 
     # -- on the driver -----------------------------------------------------------------
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every task succeeded: log the totals and write them to ``summaryPath`` if set."""
         summary = KafkaWriteSummary.of(messages)
         log.info(
@@ -385,7 +386,7 @@ class KafkaArrowWriter(DataSourceArrowWriter):
             tmp.write_text(json.dumps(asdict(summary)))
             os.replace(tmp, path)
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """A task failed: say what the tasks that did finish left in Kafka."""
         summary = KafkaWriteSummary.of(messages)
         log.warning(
@@ -509,7 +510,8 @@ class _WriteTask:
         except KafkaException as exc:
             raise ConfigError(f"bad kafka.* option for the producer: {exc.args[0].str()}") from None
         if self.transactional_id is not None:
-            self._transaction_step("init_transactions", self.producer.init_transactions)
+            init = self.producer.init_transactions
+            self._transaction_step("init_transactions", lambda: init(_TRANSACTION_CALL_TIMEOUT_S))
             self._transaction_step("begin_transaction", self.producer.begin_transaction)
             self.in_transaction = True
         return self.producer
@@ -533,7 +535,9 @@ class _WriteTask:
             self._raise_failures()
         self._raise_failures()
         if self.in_transaction:
-            self._transaction_step("commit_transaction", producer.commit_transaction)
+            self._transaction_step(
+                "commit_transaction", lambda: producer.commit_transaction(_TRANSACTION_CALL_TIMEOUT_S)
+            )
             self.in_transaction = False
 
     def _fail(self) -> None:
@@ -544,7 +548,7 @@ class _WriteTask:
             producer.purge()
             producer.poll(0)
             if self.in_transaction:
-                producer.abort_transaction(10.0)
+                producer.abort_transaction(_TRANSACTION_CALL_TIMEOUT_S)
                 self.in_transaction = False
         except Exception as exc:  # the original error matters more; the broker times it out
             log.warning("could not abort transaction %s: %s", self.transactional_id, exc)
@@ -680,7 +684,7 @@ def _pylist(column: pa.Array) -> list[Any]:
 
     Only for columns whose nulls should become ``None`` (strings, binaries) or that have none.
     """
-    return column.to_numpy(zero_copy_only=False).tolist()  # type: ignore[no-any-return]
+    return column.to_numpy(zero_copy_only=False).tolist()
 
 
 def _row_sizes(batch: pa.RecordBatch, layout: RecordLayout) -> pa.Array:
