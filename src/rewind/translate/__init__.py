@@ -1,0 +1,133 @@
+"""The record-processing core: decode, translate, lineage, quarantine (pure Python, no Spark).
+
+A Spark task calls :func:`process_batch` on each Kafka Arrow batch of a work unit; the planner
+calls :func:`load_callable` and :func:`infer_output_schema` as gates before anything runs.
+
+==========================  ==================================================================
+``decode``                  Kafka batch → events frame + failures (JSON, Avro, raw)
+``functions``               load a ``module:callable``, apply it, learn its output columns
+``lineage``                 the ``_rewind_*`` columns and deterministic event ids
+``quarantine``              the quarantine table (raw bytes, stage, reason)
+``process``                 all of the above for one batch, with the conservation law
+==========================  ==================================================================
+
+Names are imported lazily so that ``import rewind.translate`` stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rewind.translate.decode import (
+        AvroDecoder,
+        Decoded,
+        Decoder,
+        JsonDecoder,
+        LocalSchemaSource,
+        RawDecoder,
+        RegistrySchemaSource,
+        SchemaSource,
+    )
+    from rewind.translate.exceptions import (
+        ConservationError,
+        DecoderConfigError,
+        OutputSchemaUnknown,
+        SchemaRegistryUnavailable,
+        SchemaSourceError,
+        TranslateError,
+        TranslateLoadError,
+        TranslateOutputError,
+    )
+    from rewind.translate.failures import Failure, Stage
+    from rewind.translate.functions import (
+        OutputSchema,
+        TranslateResult,
+        Translator,
+        apply_translate,
+        infer_output_schema,
+        load_callable,
+    )
+    from rewind.translate.lineage import LINEAGE_SCHEMA, add_lineage, event_id
+    from rewind.translate.process import BatchCounts, ProcessContext, ProcessedBatch, process_batch
+    from rewind.translate.quarantine import QUARANTINE_SCHEMA, quarantine_table
+
+_WHERE = {
+    "AvroDecoder": "decode",
+    "Decoded": "decode",
+    "Decoder": "decode",
+    "JsonDecoder": "decode",
+    "LocalSchemaSource": "decode",
+    "RawDecoder": "decode",
+    "RegistrySchemaSource": "decode",
+    "SchemaSource": "decode",
+    "ConservationError": "exceptions",
+    "DecoderConfigError": "exceptions",
+    "OutputSchemaUnknown": "exceptions",
+    "SchemaRegistryUnavailable": "exceptions",
+    "SchemaSourceError": "exceptions",
+    "TranslateError": "exceptions",
+    "TranslateLoadError": "exceptions",
+    "TranslateOutputError": "exceptions",
+    "Failure": "failures",
+    "Stage": "failures",
+    "OutputSchema": "functions",
+    "TranslateResult": "functions",
+    "Translator": "functions",
+    "apply_translate": "functions",
+    "infer_output_schema": "functions",
+    "load_callable": "functions",
+    "LINEAGE_SCHEMA": "lineage",
+    "add_lineage": "lineage",
+    "event_id": "lineage",
+    "BatchCounts": "process",
+    "ProcessContext": "process",
+    "ProcessedBatch": "process",
+    "process_batch": "process",
+    "QUARANTINE_SCHEMA": "quarantine",
+    "quarantine_table": "quarantine",
+}
+
+__all__ = [
+    "LINEAGE_SCHEMA",
+    "QUARANTINE_SCHEMA",
+    "AvroDecoder",
+    "BatchCounts",
+    "ConservationError",
+    "Decoded",
+    "Decoder",
+    "DecoderConfigError",
+    "Failure",
+    "JsonDecoder",
+    "LocalSchemaSource",
+    "OutputSchema",
+    "OutputSchemaUnknown",
+    "ProcessContext",
+    "ProcessedBatch",
+    "RawDecoder",
+    "RegistrySchemaSource",
+    "SchemaRegistryUnavailable",
+    "SchemaSource",
+    "SchemaSourceError",
+    "Stage",
+    "TranslateError",
+    "TranslateLoadError",
+    "TranslateOutputError",
+    "TranslateResult",
+    "Translator",
+    "add_lineage",
+    "apply_translate",
+    "event_id",
+    "infer_output_schema",
+    "load_callable",
+    "process_batch",
+    "quarantine_table",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rewind.translate' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"rewind.translate.{module}"), name)

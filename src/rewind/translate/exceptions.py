@@ -1,0 +1,85 @@
+"""Errors of the record-processing core.
+
+Bad *records* are never errors: they are quarantined with a reason. These errors are about
+bad *configuration or code* (a translate function that cannot be imported or returns the
+wrong shape, a schema folder that does not exist, a registry that does not answer) and
+about broken invariants; each one fails the task and says what to do.
+"""
+
+from __future__ import annotations
+
+from rewind.errors import RewindError
+
+
+class TranslateError(RewindError):
+    """Base of the errors of ``rewind.translate``."""
+
+
+class TranslateLoadError(TranslateError):
+    """A ``module.path:callable`` reference cannot be turned into a callable."""
+
+    def __init__(self, message: str, *, reference: str) -> None:
+        self.reference = reference
+        super().__init__(message)
+
+
+class TranslateOutputError(TranslateError):
+    """A translate function returned something that breaks the translate contract."""
+
+
+class OutputSchemaUnknown(TranslateError):
+    """The output columns of a translate function cannot be learnt from an empty frame."""
+
+
+class DecoderConfigError(TranslateError):
+    """A decoder was configured with a bad value (unknown type name, bad policy...)."""
+
+
+class SchemaSourceError(TranslateError):
+    """Avro schemas cannot be had: a missing folder, an unreadable ``.avsc``, no reader schema."""
+
+
+class SchemaRegistryUnavailable(SchemaSourceError):
+    """The schema registry did not answer, or answered with something other than 'not found'.
+
+    An unreachable registry is an operational failure, not bad data: quarantining every record
+    because the network blinked would turn a retryable outage into a silent mass reject. The
+    task fails and Spark (or ``rewind resume``) retries it.
+    """
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = url
+        super().__init__(
+            f"schema registry at {url}: {detail}; check translate.avro.registry_url and that the "
+            "registry is reachable from where Spark runs (the task will be retried)"
+        )
+
+
+class ConservationError(TranslateError):
+    """``records_read == emitted + quarantined + filtered`` does not hold for a unit.
+
+    This is a bug in Rewind (or a translate function that invents source rows), never a data
+    problem; the run must stop before anything is committed.
+    """
+
+    def __init__(
+        self,
+        unit_id: str,
+        *,
+        records_read: int,
+        emitted: int,
+        quarantined: int,
+        filtered: int,
+        detail: str = "",
+    ) -> None:
+        self.unit_id = unit_id
+        self.records_read = records_read
+        self.emitted = emitted
+        self.quarantined = quarantined
+        self.filtered = filtered
+        suffix = f" ({detail})" if detail else ""
+        super().__init__(
+            f"unit {unit_id}: conservation law broken: records_read={records_read} but emitted={emitted} + "
+            f"quarantined={quarantined} + filtered={filtered} = {emitted + quarantined + filtered}{suffix}; "
+            "nothing of this unit was committed; report this as a bug"
+        )
