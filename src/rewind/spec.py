@@ -282,7 +282,8 @@ def _describe(err: Mapping[str, Any]) -> tuple[tuple[str | int, ...], str]:
 
 
 def _spec_error(exc: ValidationError, source_name: str) -> SpecError:
-    errors = exc.errors()
+    # An unknown field first: it is often a typo that also makes a required field "missing".
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     loc, text = _describe(errors[0])
     path = ".".join(str(p) for p in loc)
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
@@ -296,7 +297,7 @@ def _spec_error(exc: ValidationError, source_name: str) -> SpecError:
 def _epoch_ms(value: int, raw: Any, allowed: str) -> datetime:
     if value < _MIN_EPOCH_MS:
         raise _Bad(
-            "too small for epoch milliseconds (before 1973-03-03)",
+            "too small for epoch milliseconds",
             "epoch milliseconds have 13 digits (1790812800000 is 2026-10-01T00:00:00Z); "
             'for offsets write {topic: {"partition": offset}}',
             got=raw,
@@ -1078,7 +1079,8 @@ class KafkaSink(_Model):
         description="Partitions of the topic when Rewind creates it. Default: as the source topic.",
     )
     transactional: bool = Field(
-        False, description="Write each work unit in one Kafka transaction (consumers use read_committed)."
+        default=False,
+        description="Write each work unit in one Kafka transaction (consumers use read_committed).",
     )
     configs: dict[str, str] = Field(
         default_factory=dict,
