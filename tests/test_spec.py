@@ -655,6 +655,17 @@ def test_secrets_stay_out_of_errors() -> None:
     assert "sink.kafka.configs.sasl.password" in message and "s3cr3t" not in message
 
 
+def test_secrets_stay_out_of_reprs_and_public_data() -> None:
+    url = "postgresql://svc:s3cr3t@db/app"
+    spec = parse_spec(with_({"sink": {"postgres": {"table": "totals", "url": url}}}))
+    assert spec.sink.postgres is not None and spec.sink.postgres.url == url  # clients need it
+    assert "s3cr3t" not in repr(spec) and "s3cr3t" not in str(spec.sink)
+    assert spec.public()["sink"]["postgres"]["url"] == "postgresql://svc:***@db/app"
+    secret_config = parse_spec(with_({"sink": {"kafka": {"configs": {"sasl.password": "s3cr3t"}}}}))
+    assert "s3cr3t" not in repr(secret_config)
+    assert secret_config.public()["sink"]["kafka"]["configs"] == {"sasl.password": "***"}
+
+
 def test_long_values_are_shortened_to_one_line() -> None:
     sql = "SELECT a,\n       b\nFROM orders\n" + "WHERE x = 1\n" * 40
     message = str(error_of(with_({"translate.function": DEL, "translate.sql": sql})))

@@ -606,6 +606,11 @@ class _Model(BaseModel):
         serialize_by_alias=True,
     )
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # A spec may hold a URL with a password or a secret config: never let a repr leak it.
+        for name, value in super().__repr_args__():
+            yield name, value if isinstance(value, BaseModel) else mask(value, name or "")
+
 
 class KafkaSource(_Model):
     """Records of Kafka topics in the window ``[from, to)``.
@@ -821,9 +826,9 @@ class Decode(_Model):
         validation_alias="schema",
         serialization_alias="schema",
         description=(
-            "JSON: explicit column types, `{field: type}` with Spark types (string, long, int, "
-            "double, boolean, timestamp, date, binary, decimal(p,s), array<T>, map<K,V>, "
-            "struct<...>). Default: inferred at plan time."
+            "JSON: explicit column types, `{field: type}` with Spark types (`string`, `long`, "
+            "`int`, `double`, `boolean`, `timestamp`, `date`, `binary`, `decimal(p,s)`, "
+            "`array<T>`, `map<K,V>`, `struct<name:T,...>`). Default: inferred at plan time."
         ),
         json_schema_extra={"doc_type": "mapping column → Spark type"},
     )
@@ -1124,13 +1129,14 @@ class Sink(_Model):
     @property
     def kind(self) -> Literal["iceberg", "postgres", "kafka"]:
         """The name of the sink given."""
-        return "iceberg" if self.iceberg else "postgres" if self.postgres else "kafka"
+        if self.iceberg is not None:
+            return "iceberg"
+        return "postgres" if self.postgres is not None else "kafka"
 
     @property
     def target(self) -> IcebergSink | PostgresSink | KafkaSink:
         """The one sink model given."""
-        target = self.iceberg or self.postgres or self.kafka
-        assert target is not None
+        target = next(t for t in (self.iceberg, self.postgres, self.kafka) if t is not None)
         return target
 
 
@@ -1211,6 +1217,7 @@ class JobSpec(_Model):
     source: Source = Field(description="Where the records come from.")
     decode: Decode = Field(
         description="How values are decoded: `json`, `avro`, `raw`, or a mapping with `format` and options.",
+        json_schema_extra={"doc_type": "string or mapping, see `decode`"},
     )
     translate: Translate = Field(description="The transformation and its version.")
     key: list[str] = Field(
@@ -1317,6 +1324,11 @@ class JobSpec(_Model):
         """The spec as JSON-ready data: aliases, derived defaults filled in, no nulls."""
         return self.model_dump(mode="json", exclude_none=True)
 
+    def public(self) -> dict[str, Any]:
+        """:meth:`canonical` with secrets masked (URL passwords, secret configs): safe to print or store."""
+        data: dict[str, Any] = mask(self.canonical())
+        return data
+
     def fingerprint(self) -> str:
         """sha256 (hex) of the canonical JSON (sorted keys, aliases, no nulls, no description).
 
@@ -1415,7 +1427,7 @@ def _walk(model: type[BaseModel], path: str) -> Iterator[tuple[str, type[BaseMod
             yield from _walk(inner, f"{path}.{_alias(name, info)}" if path else _alias(name, info))
 
 
-def _type_text(annotation: Any, info: FieldInfo | None = None) -> str:
+def _type_text(annotation: Any, info: FieldInfo | None = None, path: str = "") -> str:
     extra = info.json_schema_extra if info is not None and isinstance(info.json_schema_extra, dict) else {}
     if "doc_type" in extra:
         return str(extra["doc_type"])
@@ -1429,7 +1441,7 @@ def _type_text(annotation: Any, info: FieldInfo | None = None) -> str:
         key, value = get_args(annotation)
         text = "mapping" if value is Any else f"mapping {_type_text(key)} → {_type_text(value)}"
     elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        text = "mapping"
+        text = f"mapping, see `{path}`" if path else "mapping"
     else:
         names = {str: "string", int: "integer", float: "number", bool: "boolean"}
         text = names.get(annotation, getattr(annotation, "__name__", str(annotation)))
@@ -1448,7 +1460,7 @@ def _default_text(info: FieldInfo) -> str:
         return "required"
     if info.default_factory is not None:
         made = info.default_factory()  # type: ignore[call-arg]
-        return "see below" if isinstance(made, BaseModel) else f"`{json.dumps(made)}`"
+        return "all defaults" if isinstance(made, BaseModel) else f"`{json.dumps(made)}`"
     if info.default is None or info.default is PydanticUndefined:
         return "none"
     return f"`{json.dumps(info.default)}`" if not isinstance(info.default, str) else f"`{info.default}`"
@@ -1473,7 +1485,7 @@ def spec_reference_markdown() -> str:
         "```",
     ]
     for path, model in _walk(JobSpec, ""):
-        doc = inspect.cleandoc(model.__doc__ or "")
+        doc = inspect.cleandoc(model.__doc__ or "").replace("``", "`")
         out += ["", f"## `{path}`" if path else "## Top level", ""]
         if doc:
             out += [doc, ""]
@@ -1481,6 +1493,7 @@ def spec_reference_markdown() -> str:
         for name, info in model.model_fields.items():
             description = (info.description or "").replace("|", "\\|")
             default = _default_text(info).replace("|", "\\|")
-            kind = _type_text(info.annotation, info)
-            out.append(f"| `{_alias(name, info)}` | {kind} | {default} | {description} |")
+            alias = _alias(name, info)
+            kind = _type_text(info.annotation, info, f"{path}.{alias}" if path else alias)
+            out.append(f"| `{alias}` | {kind} | {default} | {description} |")
     return "\n".join(out) + "\n"
