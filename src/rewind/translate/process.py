@@ -214,7 +214,7 @@ def process_batch(
         rows, rejects, errors = apply_translate(translator, events, translator_name)
 
     # 3. key columns
-    if key_columns:
+    if key_columns and len(rows):  # an empty frame may lack columns it would have had
         missing = [c for c in key_columns if c not in rows.columns]
         if missing:
             available = ", ".join(user_columns(rows.columns)) or "none"
