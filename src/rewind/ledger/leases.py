@@ -174,10 +174,11 @@ class LeaseKeeper:
     """Hold a lease for the life of a ``with`` block, heartbeating from a daemon thread.
 
     ``__enter__`` acquires (raising :class:`LeaseHeld`), a thread renews every ``ttl/3``,
-    and ``__exit__`` stops it and releases the lease. When a heartbeat finds the lease gone,
-    or heartbeats keep failing until the lease would have expired, :attr:`lost` is set: the
-    runner must stop writing (check it between stages, or call :meth:`check`). This is the
-    fencing that keeps a paused process from writing after another took over.
+    and ``__exit__`` stops it and releases the lease if this process still holds it. When a
+    heartbeat finds the lease gone, or heartbeats keep failing until the lease would have
+    expired, :attr:`lost` is set: the runner must stop writing (check it between stages, or
+    call :meth:`check`). This is the fencing that keeps a paused process from writing after
+    another took over.
     """
 
     def __init__(
@@ -218,10 +219,8 @@ class LeaseKeeper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(self.ttl_s, 5.0))
-        if self.lost.is_set():
-            return
-        try:
-            self.ledger.release(self.target, self.holder, owner=self.owner)
+        try:  # even when lost: release only deletes a row this holder and owner still hold
+            released = self.ledger.release(self.target, self.holder, owner=self.owner)
         except Exception:  # the lease expires by itself; do not hide the block's own error
             log.warning(
                 "could not release the lease on %s; it expires at %s",
@@ -229,6 +228,9 @@ class LeaseKeeper:
                 self.lease.expires_at if self.lease else "?",
                 exc_info=True,
             )
+            return
+        if not released and not self.lost.is_set():
+            log.warning("the lease on %s was gone when run %s released it", self.target, self.holder)
 
     @property
     def expires_at(self) -> datetime | None:
@@ -247,7 +249,7 @@ class LeaseKeeper:
         self.lost.set()
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.interval_s) and not self.lost.is_set():
             began = time.monotonic()
             try:
                 self.lease = self.ledger.heartbeat(self.target, self.holder, self.ttl_s, owner=self.owner)

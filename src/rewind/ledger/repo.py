@@ -454,13 +454,10 @@ class Ledger:
 
     @staticmethod
     def _refuse(conn: Connection, run_id: str, ids: Sequence[str], doing: str) -> None:
-        found = dict(
-            conn.execute(
-                select(units.c.unit_id, units.c.state).where(
-                    units.c.run_id == run_id, units.c.unit_id.in_(ids)
-                )
-            ).tuples()
+        query = select(units.c.unit_id, units.c.state).where(
+            units.c.run_id == run_id, units.c.unit_id.in_(ids)
         )
+        found = {uid: state for uid, state in conn.execute(query)}
         missing = [u for u in ids if u not in found]
         if missing:
             raise UnitStateError(run_id, f"{doing} unknown units", missing)
