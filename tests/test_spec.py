@@ -225,23 +225,51 @@ def test_decode_forms() -> None:
             {
                 "decode": {
                     "format": "json",
-                    "schema": {
-                        "order_id": "string",
-                        "total": "Decimal(10, 2)",
-                        "items": "array< struct<sku: string, qty:INT> >",
-                        "tags": "map<string,string>",
-                        "at": "timestamp",
-                    },
+                    "schema": {"order_id": "string", "total": "Double", "n": "bigint", "raw": "any"},
                 }
             }
         )
     ).decode
-    assert json_decode.schema_ == {
+    assert json_decode.schema_ == {"order_id": "string", "total": "double", "n": "long", "raw": "json"}
+
+
+def test_null_value_defaults_by_format() -> None:
+    assert parse_spec(with_({"decode": "raw"})).decode.null_value == "keep"
+    assert parse_spec(with_({"decode": "avro"})).decode.null_value == "quarantine"
+    assert parse_spec(base()).decode.null_value == "quarantine"
+    raw_skip = parse_spec(with_({"decode": {"format": "raw", "null_value": "skip"}}))
+    assert raw_skip.decode.null_value == "skip"
+
+
+def test_decode_vocabulary_is_the_decoders() -> None:
+    """The spec checks decode.schema without importing pandas; it must agree with the decoder."""
+    from rewind.spec import _JSON_TYPES, _RESERVED_PREFIXES
+    from rewind.translate import decode
+    from rewind.translate.columns import RESERVED_PREFIXES
+
+    assert set(_JSON_TYPES) == set(decode.JSON_TYPE_NAMES)
+    for name, canonical in _JSON_TYPES.items():
+        assert decode.JsonDecoder(schema={"f": name}).schema == {"f": canonical}
+    assert _RESERVED_PREFIXES == RESERVED_PREFIXES
+
+
+def test_output_schema_takes_spark_types() -> None:
+    schema = {
+        "order_id": "string",
+        "total": "Decimal(10, 2)",
+        "items": "array< struct<sku: string, qty:INT> >",
+        "tags": "map<string,string>",
+        "at": "timestamp",
+        "blob": "binary",
+    }
+    spec = parse_spec(with_({"translate.output_schema": schema}))
+    assert spec.translate.output_schema == {
         "order_id": "string",
         "total": "decimal(10,2)",
         "items": "array<struct<sku:string,qty:int>>",
         "tags": "map<string,string>",
         "at": "timestamp",
+        "blob": "binary",
     }
 
 
@@ -514,22 +542,42 @@ ERRORS: list[tuple[dict[str, Any], str, tuple[str, ...]]] = [
     (
         {"decode": {"format": "json", "schema": {"total": "money"}}},
         "decode.schema.total",
-        ("not a Spark type", "(got 'money')", "decimal(p,s)"),
+        ("not a JSON decode type", "(got 'money')", "string, int, long"),
     ),
     (
-        {"decode": {"format": "json", "schema": {"total": "decimal(40,2)"}}},
-        "decode.schema.total",
-        ("precision <= 38", "(got 'decimal(40,2)')"),
-    ),
-    (
-        {"decode": {"format": "json", "schema": {"items": "array<string"}}},
-        "decode.schema.items",
-        ("not a Spark type", "(got 'array<string')"),
+        {"decode": {"format": "json", "schema": {"_src_topic": "string"}}},
+        "decode.schema._src_topic",
+        ("are reserved", "(got '_src_topic')", "format raw"),
     ),
     (
         {"decode": {"format": "json", "null_value": "drop"}},
         "decode.null_value",
-        ("allowed: quarantine, skip",),
+        ("allowed: quarantine, skip, keep",),
+    ),
+    (
+        {"decode": {"format": "json", "null_value": "keep"}},
+        "decode.null_value",
+        ("not used by format json", "(got 'keep')", "quarantine or skip"),
+    ),
+    (
+        {"translate.output_schema": {"order_id": "money"}},
+        "translate.output_schema.order_id",
+        ("not a Spark type", "(got 'money')", "decimal(p,s)"),
+    ),
+    (
+        {"translate.output_schema": {"order_id": "decimal(40,2)"}},
+        "translate.output_schema.order_id",
+        ("precision <= 38", "(got 'decimal(40,2)')"),
+    ),
+    (
+        {"translate.output_schema": {"order_id": "array<string"}},
+        "translate.output_schema.order_id",
+        ("not a Spark type", "(got 'array<string')"),
+    ),
+    (
+        {"translate.output_schema": {"order_id": "struct<a int, b>"}},
+        "translate.output_schema.order_id",
+        ("not a Spark type",),
     ),
     (
         {"translate.sql": "SELECT 1 FROM events"},
@@ -800,7 +848,8 @@ def test_to_yaml_round_trips() -> None:
                 "source.kafka.from": {"orders": {"0": 5, "10": 7, "2": -2}},
                 "source.kafka.to": {"orders": {"0": 9, "10": -1, "2": 100}},
                 "source.kafka.declared_log_start": {"orders": {"0": 3}},
-                "decode": {"format": "json", "schema": {"a": "decimal(10,2)"}},
+                "decode": {"format": "json", "schema": {"a": "int64"}},
+                "translate.output_schema": {"order_id": "decimal(10,2)", "n": "struct<a:int>"},
                 "sink": {"kafka": {"configs": {"retention.ms": 1}}},
                 "verify": {"x": [1, 2]},
                 "description": "multi\nline",

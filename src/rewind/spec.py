@@ -565,6 +565,41 @@ def _schema(value: Any) -> dict[str, str] | None:
     return out
 
 
+# The JSON decoder's types (rewind.translate.decode), with their aliases → canonical name.
+_JSON_TYPES = {
+    **{t: t for t in ("string", "int", "long", "float", "double", "boolean", "timestamp", "date", "json")},
+    **{"str": "string", "integer": "int", "int32": "int", "bigint": "long", "int64": "long"},
+    **{"float32": "float", "float64": "double", "bool": "boolean", "any": "json", "object": "json"},
+}
+# Column prefixes of Rewind's own columns (rewind.translate.columns.RESERVED_PREFIXES).
+_RESERVED_PREFIXES = ("_src_", "_rewind_")
+
+
+def _json_schema(value: Any) -> dict[str, str] | None:
+    """``decode.schema``: field → a type of the JSON decoder, canonical."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not value:
+        raise _Bad("expected a non-empty mapping of field to type", "like {order_id: string}", got=value)
+    out: dict[str, str] = {}
+    for name, kind in value.items():
+        if not isinstance(name, str) or not name.strip():
+            raise _Bad("not a field name", "field names are non-empty text", got=name)
+        if name.startswith(_RESERVED_PREFIXES):
+            raise _Bad(
+                f"the prefixes {', '.join(_RESERVED_PREFIXES)} are reserved for Rewind's columns",
+                "decode such fields with format raw and parse them in the translate",
+                got=name,
+                at=(name,),
+            )
+        canonical = _JSON_TYPES.get(kind.strip().lower()) if isinstance(kind, str) else None
+        if canonical is None:
+            allowed = ", ".join(dict.fromkeys(_JSON_TYPES.values()))
+            raise _Bad("not a JSON decode type", f"use one of {allowed}", got=kind, at=(name,))
+        out[name] = canonical
+    return out
+
+
 def _size(value: Any) -> Any:
     """``10GiB``, ``500 MB``, ``1.5TB`` → bytes; anything else goes on to the int check."""
     if not isinstance(value, str):
@@ -813,8 +848,9 @@ class Decode(_Model):
     reader_schema: str | None = Field(
         default=None,
         description=(
-            'Avro: the schema records are read into: a path to an `.avsc` file or "latest" (the '
-            "subject's latest version). Default: each record's writer schema."
+            "Avro: the schema every record is evolved to, from its writer schema: a path to an "
+            '`.avsc` file, or "latest" (the subject\'s latest version in a registry, `latest.avsc` '
+            "in a schema_dir). Default: latest."
         ),
     )
     subject: str | None = Field(
@@ -826,18 +862,21 @@ class Decode(_Model):
         validation_alias="schema",
         serialization_alias="schema",
         description=(
-            "JSON: explicit column types, `{field: type}` with Spark types (`string`, `long`, "
-            "`int`, `double`, `boolean`, `timestamp`, `date`, `binary`, `decimal(p,s)`, "
-            "`array<T>`, `map<K,V>`, `struct<name:T,...>`). Default: inferred at plan time."
+            "JSON: the fields to read and their types, `{field: type}`: `string`, `int`, `long`, "
+            "`float`, `double`, `boolean`, `timestamp`, `date` or `json` (kept as parsed); other "
+            "fields are ignored and a value that does not cast is quarantined. Default: every "
+            "field, typed from the values."
         ),
-        json_schema_extra={"doc_type": "mapping column → Spark type"},
+        json_schema_extra={"doc_type": "mapping field → type"},
     )
-    null_value: Literal["quarantine", "skip"] = Field(
-        default="quarantine",
+    null_value: Literal["quarantine", "skip", "keep"] | None = Field(
+        default=None,
         description=(
-            "What to do with a record whose value is null (a tombstone): `quarantine` it, or "
-            "`skip` it (counted as filtered)."
+            "What to do with a record whose value is null (a tombstone): `quarantine` it, "
+            "`skip` it (counted as filtered), or (format raw only) `keep` it as a null value. "
+            "Default: `keep` for raw, `quarantine` otherwise."
         ),
+        json_schema_extra={"doc_default": "`keep` for raw, else `quarantine`"},
     )
 
     @field_validator("registry_url")
@@ -857,10 +896,19 @@ class Decode(_Model):
     @field_validator("schema_", mode="plain")
     @classmethod
     def _schema(cls, value: Any) -> dict[str, str] | None:
-        return _schema(value)
+        return _json_schema(value)
 
     @model_validator(mode="after")
     def _format_fields(self) -> Decode:
+        if self.null_value is None:
+            _fill(self, "null_value", "keep" if self.format == "raw" else "quarantine")
+        elif self.null_value == "keep" and self.format != "raw":
+            raise _Bad(
+                f"not used by format {self.format}",
+                "a decoded format quarantines or skips a null value: use quarantine or skip",
+                got=self.null_value,
+                at=("null_value",),
+            )
         for name in self.AVRO_ONLY:
             if self.format != "avro" and getattr(self, name) is not None:
                 raise _Bad(
