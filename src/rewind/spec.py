@@ -32,7 +32,8 @@ exactly-one choices, unknown fields (anywhere), secrets out of error messages. I
 import the translate function, reach the broker or the catalog: those are plan-time gates.
 
 Derived defaults are filled in at validation and are part of the spec from then on
-(``translate.name``, ``sink.iceberg.window_column`` for ``replace-window``, ``quarantine.table``),
+(``translate.name``, ``decode.null_value``, ``sink.iceberg.window_column`` for ``replace-window``,
+``quarantine.table``),
 so :meth:`JobSpec.to_yaml` prints them and :meth:`JobSpec.fingerprint` does not depend on
 whether they were written out.
 """
