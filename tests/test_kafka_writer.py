@@ -291,8 +291,9 @@ def test_transactional_failure_leaves_nothing_committed(
 ) -> None:
     """A failing transactional task aborts; committed readers never see its records.
 
-    Brokers that hand aborted records to ``read_committed`` readers (the embedded tansu
-    does) cannot show this, so there the test only checks that the job failed.
+    100,000 good records go first, so batches of the transaction reach the log before the
+    bad one fails the task. Brokers that hand aborted records to ``read_committed`` readers
+    (the embedded tansu does) cannot show the rest; there the test stops at the failure.
     """
     try:
         from tests.conftest import broker_is_embedded
@@ -300,11 +301,14 @@ def test_transactional_failure_leaves_nothing_committed(
         from conftest import broker_is_embedded  # type: ignore[no-redef]
 
     create_topic(kafka_conf, topic_name, partitions=1)
-    rows = [(str(i), 0) for i in range(100)] + [("bad", 5)]
-    df = writer_spark.createDataFrame(rows, "value string, partition int").coalesce(1)
+    n = 100_000
+    df = writer_spark.range(n + 1).selectExpr(
+        "cast(id as string) as value", f"if(id = {n}, 5, 0) as partition"
+    )
     options = kafka_options(bootstrap, topic=topic_name, transactional="true", runId=topic_name)
     with pytest.raises(Exception, match="Unknown partition"):
-        write(df, options)
+        write(df.coalesce(1), options)
+    assert read_topic(kafka_conf, topic_name), "nothing reached the log: the abort was not exercised"
     if not broker_is_embedded():
         assert read_topic(kafka_conf, topic_name, isolation="read_committed") == []
 
