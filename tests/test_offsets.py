@@ -179,6 +179,8 @@ def test_offset_windows_resolve_to_clamped_ranges(
         assert got.range == OffsetRange(topic, p, want_start, want_end)
         if start >= 0 and start < min(raw_end, low):
             assert got.missing_below_low == OffsetRange(topic, p, start, min(raw_end, low))
+        elif start == EARLIEST and min(raw_end, low) > 0:  # history that retention removed
+            assert got.missing_below_low == OffsetRange(topic, p, 0, min(raw_end, low))
         else:
             assert got.missing_below_low is None
         if end >= 0 and end > high:
@@ -446,8 +448,14 @@ def test_declared_log_start_acts_as_the_low_watermark(
         OffsetRange(topic, 0, 5, 20),
     )
 
-    earliest = plan_for({})
-    assert (earliest.range, earliest.missing_below_low) == (OffsetRange(topic, 0, 30, 50), None)
+    earliest = plan_for({})  # "from the beginning" includes what retention removed
+    assert (earliest.start_method, earliest.range, earliest.missing_below_low) == (
+        "earliest",
+        OffsetRange(topic, 0, 30, 50),
+        OffsetRange(topic, 0, 0, 30),
+    )
+    latest = plan_for({"startingOffsets": "latest"})
+    assert (latest.range, latest.missing_below_low) == (OffsetRange(topic, 0, 50, 50), None)
 
     # a time bound before the first record still in Kafka: the records that left may belong
     before = plan_for({"startingTimestamp": str(BASE - 1)})

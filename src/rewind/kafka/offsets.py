@@ -41,6 +41,11 @@ Policies (each one is tested):
 * an explicit start offset below the low watermark starts the range at ``low`` and reports
   ``missing_below_low = [start, min(end, low))``: data no longer in Kafka, never silently
   skipped (a lake archive can read it);
+* ``earliest`` with ``low > 0`` starts at ``low`` and reports ``missing_below_low =
+  [0, min(end, low))``: a log start above 0 means retention (or DeleteRecords) removed those
+  records, and "from the beginning" includes them. Unlike a missing explicit range this is
+  not a loss caused by the request; ``start_method`` tells the two apart, so a reader can
+  fail on one (``failOnDataLoss``) and only report the other;
 * a timestamp start whose first record still in Kafka is the very first one (``low``) while
   ``low > 0`` reports ``missing_below_low = [0, min(end, low))``: the records that left
   Kafka may belong to the window; this is an upper bound, to be filtered by timestamp;
@@ -1146,6 +1151,14 @@ def _plan_partition(
             missing = OffsetRange(topic, partition, raw_start, cut)
             notes.append(
                 f"offsets [{raw_start}, {cut}) of {name} are no longer in Kafka (log starts at {low})"
+            )
+    elif start_method == "earliest" and low > 0:
+        cut = min(raw_end, low)
+        if cut > 0:
+            missing = OffsetRange(topic, partition, 0, cut)
+            notes.append(
+                f"offsets [0, {cut}) of {name} are no longer in Kafka (log starts at {low}); "
+                f"earliest starts at {low}"
             )
     elif isinstance(start_bound, Timestamp) and raw_start == low and low > 0:
         cut = min(raw_end, low)
