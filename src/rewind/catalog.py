@@ -16,6 +16,8 @@ def load_catalog(settings: Settings) -> Catalog:
     from pyiceberg.catalog import load_catalog as _load
 
     props = settings.catalog_properties()
+    if not settings.catalog.properties:  # the embedded default: its folders may not exist yet
+        (settings.state_path / "warehouse").mkdir(parents=True, exist_ok=True)
     try:
         return _load(settings.catalog.name, **props)
     except (ValueError, NotImplementedError, ImportError) as exc:

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 RUN_PROPERTY = "rewind.run-id"
 UNITS_PROPERTY = "rewind.units"
+COUNTS_PROPERTY = "rewind.unit-counts"
 
 
 class IcebergSinkError(RewindError):
@@ -167,6 +168,20 @@ class IcebergSink:
                 done.update(props[UNITS_PROPERTY].split(","))
         return done
 
+    def committed_counts(self, staging: IcebergStaging, run_id: str) -> dict[str, dict[str, Any]]:
+        """The per-unit counts recorded with the commits of ``run_id`` (``rewind.unit-counts``)."""
+        import json
+
+        table = self._load(staging.table)
+        if table is None:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for snap in self._ancestors(table, staging.ref):
+            props = snap.summary.additional_properties if snap.summary else {}
+            if props.get(RUN_PROPERTY) == run_id and props.get(COUNTS_PROPERTY):
+                out.update(json.loads(props[COUNTS_PROPERTY]))
+        return out
+
     def data_folder(self, staging: IcebergStaging) -> str:
         table = self._load(staging.table)
         if table is None:
@@ -174,7 +189,12 @@ class IcebergSink:
         return f"{table.location().rstrip('/')}/data"
 
     def commit(
-        self, staging: IcebergStaging, run_id: str, unit_ids: list[str], files: list[str]
+        self,
+        staging: IcebergStaging,
+        run_id: str,
+        unit_ids: list[str],
+        files: list[str],
+        extra: dict[str, str] | None = None,
     ) -> int | None:
         """Add the files to staging in ONE commit that also names the units it completes.
 
@@ -186,7 +206,7 @@ class IcebergSink:
         table = self._load(staging.table)
         if table is None:
             raise IcebergSinkError(f"staging table {staging.table} disappeared before commit")
-        props = {RUN_PROPERTY: run_id, UNITS_PROPERTY: ",".join(sorted(unit_ids))}
+        props = {RUN_PROPERTY: run_id, UNITS_PROPERTY: ",".join(sorted(unit_ids)), **(extra or {})}
         branch = staging.branch or "main"
         if files:
             table.add_files(files, snapshot_properties=props, branch=branch)

@@ -10,6 +10,7 @@ their planned :class:`~rewind.kafka.ranges.OffsetRange` with :func:`~rewind.spar
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -118,8 +119,14 @@ class KafkaBatchReader(DataSourceReader):
         return resolve(self.conf, parse_spark_options(self.options))
 
     def partitions(self) -> Sequence[InputPartition]:
-        self.plan = self._plan()
-        chunks = self.plan.chunks(self.max_records, self.min_partitions)
+        given = lower_keys(self.options).get("ranges")
+        if given:
+            # exact chunks from a caller that planned already (a backfill's work units): each
+            # one is read whole by one task, never re-split
+            chunks = [OffsetRange.from_dict(d) for d in json.loads(given)]
+        else:
+            self.plan = self._plan()
+            chunks = self.plan.chunks(self.max_records, self.min_partitions)
         tasks = group_for_tasks(chunks, self.ranges_per_task, self.min_partitions)
         return [RangesPartition(t) for t in tasks]
 

@@ -52,9 +52,7 @@ def session(settings: Settings | None = None, app_name: str | None = None) -> Sp
             conf.update(_LOCAL_CONF)
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         log4j = Path(__file__).with_name("log4j2.properties")
-        conf["spark.driver.extraJavaOptions"] = (
-            f"-Dlog4j2.configurationFile={log4j.as_uri()}"
-        )
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
         # executors must run this interpreter, where rewind and its clients are installed
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -75,10 +73,15 @@ def register(spark: SparkSession) -> list[str]:
 
     Returns the short names registered, usable in ``spark.read.format(name)``.
     """
-    names = []
+    names = [source.name() for source in _data_sources()]
+    if getattr(spark, "_rewind_sources", None) == names:
+        return names  # registering again would only log a "replaced" warning
     for source in _data_sources():
         spark.dataSource.register(source)
-        names.append(source.name())
+    try:
+        spark._rewind_sources = names  # type: ignore[attr-defined]
+    except AttributeError:  # a Connect session may not take attributes; registering twice is harmless
+        pass
     return names
 
 

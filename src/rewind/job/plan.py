@@ -1,0 +1,348 @@
+"""``rewind plan``: a spec and the broker's answers become a frozen, stored :class:`JobPlan`.
+
+Nothing is written anywhere but the ledger's plan table. Steps, in order:
+
+1. resolve the window into per-partition ranges (:func:`rewind.kafka.offsets.resolve`, which
+   checks every broker answer) and cut them into work units of ``run.work_unit_records``;
+2. read a small sample (the first records of up to 8 units) with a bare consumer: it
+   measures the read rate and record size, and runs decode and translate on real data;
+3. learn the output schema (``translate.output_schema``, else the function on an empty
+   frame, else the sample's output) and add the lineage columns;
+4. check the gates: sink reachable and compatible, translate importable, output schema
+   known, key columns present, no data below the log start, ``guards.max_records``.
+
+The plan id is a digest of the spec's fingerprint and the units, so planning the same spec
+against the same log gives the same id; the measured estimates are kept but not hashed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rewind.errors import RewindError
+from rewind.job.units import WorkUnit
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rewind.config import Settings
+    from rewind.kafka.offsets import ReadPlan
+    from rewind.spec import JobSpec
+
+SAMPLE_RECORDS = 2000
+
+
+class PlanRefused(RewindError):
+    """A gate failed: nothing may run until the spec or the world changes."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    plan_id: str
+    name: str
+    spec: dict[str, Any]
+    read_plan: dict[str, Any]
+    units: tuple[WorkUnit, ...]
+    offsets: int
+    output_schema_b64: str
+    output_columns: tuple[tuple[str, str], ...]
+    gates: tuple[Gate, ...]
+    estimates: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    created_at: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return all(g.ok for g in self.gates)
+
+    def failed_gates(self) -> list[Gate]:
+        return [g for g in self.gates if not g.ok]
+
+    def job_spec(self) -> JobSpec:
+        from rewind.spec import JobSpec
+
+        return JobSpec.model_validate(self.spec)
+
+    def output_schema(self) -> pa.Schema:
+        from rewind.spark.job_stage import schema_from_b64
+
+        return schema_from_b64(self.output_schema_b64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan_id": self.plan_id,
+            "name": self.name,
+            "spec": self.spec,
+            "read_plan": self.read_plan,
+            "units": [u.to_dict() for u in self.units],
+            "offsets": self.offsets,
+            "output_schema_b64": self.output_schema_b64,
+            "output_columns": [list(c) for c in self.output_columns],
+            "gates": [{"name": g.name, "ok": g.ok, "detail": g.detail} for g in self.gates],
+            "estimates": self.estimates,
+            "notes": list(self.notes),
+            "created_at": self.created_at,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobPlan:
+        return cls(
+            plan_id=data["plan_id"],
+            name=data["name"],
+            spec=data["spec"],
+            read_plan=data["read_plan"],
+            units=tuple(WorkUnit.from_dict(u) for u in data["units"]),
+            offsets=int(data["offsets"]),
+            output_schema_b64=data["output_schema_b64"],
+            output_columns=tuple((str(a), str(b)) for a, b in data["output_columns"]),
+            gates=tuple(Gate(g["name"], bool(g["ok"]), g["detail"]) for g in data["gates"]),
+            estimates=dict(data.get("estimates") or {}),
+            notes=tuple(data.get("notes") or ()),
+            created_at=data.get("created_at", ""),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> JobPlan:
+        return cls.from_dict(json.loads(text))
+
+
+def cut_units(read_plan: ReadPlan, unit_records: int) -> tuple[WorkUnit, ...]:
+    """Work units: each partition's range in chunks of ``unit_records`` offsets, sorted."""
+    units = []
+    for rng in read_plan.ranges():
+        if rng.size == 0:
+            continue
+        for chunk in rng.split(unit_records):
+            units.append(WorkUnit(chunk.topic, chunk.partition, chunk.start, chunk.end))
+    return tuple(sorted(units))
+
+
+def plan_id_of(fingerprint: str, units: tuple[WorkUnit, ...]) -> str:
+    digest = hashlib.sha256()
+    digest.update(fingerprint.encode())
+    for unit in units:
+        digest.update(unit.id.encode())
+    return "p-" + digest.hexdigest()[:16]
+
+
+def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
+    """Resolve, sample, learn the schema and check the gates. Changes nothing anywhere."""
+    from rewind.kafka.offsets import resolve
+
+    if spec.source.kafka is None:
+        raise PlanRefused(f"source.{spec.source.kind}: only kafka sources can be planned so far")
+    conf = settings.kafka_config()
+    read_plan = resolve(
+        conf,
+        spec.source.kafka.window_request(),
+        declared_log_start=spec.source.kafka.declared_start() or None,
+    )
+    units = cut_units(read_plan, spec.run.work_unit_records)
+    offsets = sum(u.end - u.start for u in units)
+    gates: list[Gate] = []
+    notes = list(read_plan.notes)
+
+    missing = read_plan.missing()
+    if missing:
+        lost = sum(r.size for r in missing)
+        where = ", ".join(f"{r.topic}/{r.partition} [{r.start}, {r.end})" for r in missing[:3])
+        gates.append(
+            Gate(
+                "log-start",
+                False,
+                f"{lost} offsets of the window are no longer in Kafka ({where}); "
+                "read them from a lake archive (history source) or move the window",
+            )
+        )
+    else:
+        gates.append(Gate("log-start", True, "every requested offset is still in Kafka"))
+
+    if spec.guards.max_records is not None and offsets > spec.guards.max_records:
+        gates.append(
+            Gate(
+                "max-records",
+                False,
+                f"the window holds {offsets} offsets, more than "
+                f"guards.max_records={spec.guards.max_records}; narrow the window or raise the guard",
+            )
+        )
+    else:
+        gates.append(Gate("max-records", True, f"{offsets} offsets"))
+
+    translator, translator_gate = _load_translator(spec)
+    gates.append(translator_gate)
+    sample, sample_gate_facts = _sample(conf, units, spec, translator)
+    schema, schema_gate = _output_schema(spec, translator, sample)
+    gates.append(schema_gate)
+    if schema is not None:
+        columns = set(schema.names)
+        absent = [k for k in spec.key if k not in columns]
+        gates.append(
+            Gate(
+                "key",
+                not absent,
+                f"key column(s) {absent} not in the output"
+                if absent
+                else f"key {spec.key or '(event id)'} present",
+            )
+        )
+        gates.append(_sink_gate(settings, spec, schema))
+    from rewind.spark.job_stage import schema_to_b64
+
+    estimates = _estimates(spec, offsets, sample_gate_facts)
+    fingerprint = spec.fingerprint()
+    return JobPlan(
+        plan_id=plan_id_of(fingerprint, units),
+        name=spec.name,
+        spec=json.loads(spec.model_dump_json(by_alias=True)),
+        read_plan=read_plan.to_dict(),
+        units=units,
+        offsets=offsets,
+        output_schema_b64=schema_to_b64(schema) if schema is not None else "",
+        output_columns=tuple((f.name, str(f.type)) for f in schema) if schema is not None else (),
+        gates=tuple(gates),
+        estimates=estimates,
+        notes=tuple(notes),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def _load_translator(spec: JobSpec) -> tuple[Any, Gate]:
+    from rewind.job.components import make_translator
+
+    if spec.translate.sql:
+        return None, Gate("translate", False, "translate.sql is not runnable yet; use translate.function")
+    try:
+        fn = make_translator(spec.translate)
+    except RewindError as exc:
+        return None, Gate("translate", False, str(exc))
+    return fn, Gate(
+        "translate", True, f"{spec.translate.function} imported (version {spec.translate.version})"
+    )
+
+
+def _sample(
+    conf: dict[str, Any], units: tuple[WorkUnit, ...], spec: JobSpec, translator: Any
+) -> tuple[Any, dict[str, Any]]:
+    """Read up to SAMPLE_RECORDS from the first units (one per partition) and process them."""
+    import pyarrow as pa
+
+    from rewind.kafka.ranges import OffsetRange
+    from rewind.spark.kafka_fetch import fetch_ranges
+
+    firsts: dict[tuple[str, int], WorkUnit] = {}
+    for unit in units:
+        firsts.setdefault((unit.topic, unit.partition), unit)
+    picked = list(firsts.values())[:8]
+    if not picked:
+        return None, {"sample_records": 0}
+    per = max(1, SAMPLE_RECORDS // len(picked))
+    ranges = [OffsetRange(u.topic, u.partition, u.start, min(u.end, u.start + per)) for u in picked]
+    t0 = time.monotonic()
+    batches = list(fetch_ranges(conf, ranges, poll_timeout_s=30))
+    seconds = time.monotonic() - t0
+    table = pa.Table.from_batches(batches) if batches else None
+    facts: dict[str, Any] = {
+        "sample_records": table.num_rows if table is not None else 0,
+        "sample_seconds": round(seconds, 3),
+    }
+    if table is not None and table.num_rows:
+        facts["avg_record_bytes"] = round(table.nbytes / table.num_rows, 1)
+        facts["sample_read_rps"] = round(table.num_rows / seconds) if seconds > 0 else None
+    return table, facts
+
+
+def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Schema | None, Gate]:
+    import pyarrow as pa
+
+    from rewind.job.components import declared_output_schema, make_decoder, transform_name
+    from rewind.translate.functions import infer_output_schema
+    from rewind.translate.process import ProcessContext, process_batch
+
+    declared = declared_output_schema(spec.translate)
+    decoder = make_decoder(spec.decode)
+    user: pa.Schema | None = declared
+    how = "translate.output_schema"
+    if user is None and translator is not None:
+        try:
+            user = infer_output_schema(translator, decoder.empty_events()).arrow_schema()
+            how = "the translate function on an empty frame"
+        except RewindError:
+            user = None
+    ctx = ProcessContext(
+        "plan", "sample", transform_name(spec.translate), spec.translate.version, datetime.now(UTC)
+    )
+    if sample is not None and sample.num_rows and (translator is not None or spec.translate.sql is None):
+        try:
+            result = process_batch(sample, decoder, translator, spec.key, ctx, output_schema=user)
+        except RewindError as exc:
+            return None, Gate("output-schema", False, f"the sample could not be processed: {exc}")
+        if result.rows.num_rows or user is not None:
+            schema = result.rows.schema
+            if user is None:
+                how = "the sample's output"
+            return schema, Gate("output-schema", True, f"{len(schema.names)} columns, from {how}")
+    if user is None:
+        return None, Gate(
+            "output-schema",
+            False,
+            "the output schema is unknown (no sample output, the function "
+            "cannot run on an empty frame); give translate.output_schema",
+        )
+    empty = pa.Table.from_batches(
+        [],
+        schema=pa.schema(
+            [
+                ("key", pa.binary()),
+                ("value", pa.binary()),
+                ("topic", pa.string()),
+                ("partition", pa.int32()),
+                ("offset", pa.int64()),
+                ("timestamp", pa.timestamp("us", tz="UTC")),
+                ("timestampType", pa.int32()),
+            ]
+        ),
+    )
+    result = process_batch(empty, decoder, translator, spec.key, ctx, output_schema=user)
+    return result.rows.schema, Gate(
+        "output-schema", True, f"{len(result.rows.schema.names)} columns, from {how}"
+    )
+
+
+def _sink_gate(settings: Settings, spec: JobSpec, schema: pa.Schema) -> Gate:
+    from rewind.job.components import make_sink
+
+    try:
+        sink = make_sink(settings, spec)
+        return Gate("sink", True, sink.check(schema))
+    except RewindError as exc:
+        return Gate("sink", False, str(exc))
+
+
+def _estimates(spec: JobSpec, offsets: int, facts: dict[str, Any]) -> dict[str, Any]:
+    out = dict(facts)
+    avg = facts.get("avg_record_bytes")
+    if avg:
+        out["estimated_bytes"] = int(avg * offsets)
+    rate = spec.guards.max_records_per_second
+    if rate:
+        out["seconds_at_guard_rate"] = round(offsets / rate, 1)
+    measured = facts.get("sample_read_rps")
+    if measured:
+        out["seconds_at_sampled_rate"] = round(offsets / measured, 1)
+    return out

@@ -1,0 +1,326 @@
+"""``rewind run`` and ``rewind resume``: execute a stored plan, exactly once per work unit.
+
+Steps of a run, in order (the code below follows them one by one):
+
+1. record the run in the ledger (or, on resume, move it back to ``running``);
+2. take the lease on the staging target, heartbeated for the whole run: a second run
+   against the same target is refused, a crashed holder's lease expires;
+3. prepare staging (an Iceberg branch or staging table) and the quarantine table;
+4. reconcile: units whose output the sink already holds are marked done in the ledger
+   with the counts stored in the commit (a kill between commit and ledger update loses
+   nothing and duplicates nothing);
+5. run the pending units in waves; per wave: Spark reads, processes and writes files;
+   the driver checks the conservation law per unit, commits the quarantine files, then the
+   output files with the unit ids and counts in the same commit, then updates the ledger;
+6. check the conservation law over the whole run, mark it ``succeeded``, release the lease.
+
+Any failure marks the run ``failed`` (Ctrl-C: ``interrupted``) with the error; ``rewind
+resume RUN`` continues from step 1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rewind.errors import RewindError
+from rewind.job.units import UnitCounts, WorkUnit
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
+    from rewind.job.plan import JobPlan
+    from rewind.ledger import Ledger
+    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+
+log = logging.getLogger(__name__)
+
+
+class ConservationViolated(RewindError):
+    """records read != emitted + quarantined + filtered for some unit: the run fails."""
+
+
+@dataclass
+class RunProgress:
+    """What a progress display is told after each wave."""
+
+    run_id: str
+    units_total: int
+    units_done: int
+    offsets_total: int
+    counts: UnitCounts
+    started: float
+    state: str = "running"
+
+
+ProgressHook = Callable[[RunProgress], None]
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    state: str
+    plan_id: str
+    counts: UnitCounts
+    staging: dict[str, Any]
+    quarantine_table: str
+    seconds: float
+    units: int
+    waves: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "state": self.state,
+            "plan_id": self.plan_id,
+            "records_read": self.counts.records_read,
+            "emitted": self.counts.emitted,
+            "rows_out": self.counts.rows_out,
+            "quarantined": self.counts.quarantined,
+            "filtered": self.counts.filtered,
+            "quarantine_reasons": self.counts.reasons,
+            "staging": self.staging,
+            "quarantine_table": self.quarantine_table,
+            "seconds": round(self.seconds, 2),
+            "records_per_s": round(self.counts.records_read / self.seconds) if self.seconds > 0 else None,
+            "units": self.units,
+            "waves": self.waves,
+        }
+
+
+def start_run(ledger: Ledger, plan: JobPlan, target: str, run_id: str | None = None) -> str:
+    """Store the plan (idempotent) and record a new run of it; returns the run id."""
+    from rewind.ledger import NotFound
+    from rewind.ledger.models import unit_id
+
+    try:
+        ledger.get_plan(plan.plan_id)
+    except NotFound:
+        ledger.save_plan(plan.plan_id, plan.name, plan.spec, plan.to_dict())
+    record = ledger.create_run(plan.plan_id, plan.name, target, run_id=run_id)
+    ledger.add_units(record.id, [u.range for u in plan.units])
+    assert all(unit_id(u.topic, u.partition, u.start, u.end) == u.id for u in plan.units)
+    ledger.audit(
+        record.id, "run", {"plan_id": plan.plan_id, "units": len(plan.units), "offsets": plan.offsets}
+    )
+    return record.id
+
+
+def execute(
+    settings: Settings,
+    ledger: Ledger,
+    plan: JobPlan,
+    run_id: str,
+    *,
+    progress: ProgressHook | None = None,
+    units_per_wave: int | None = None,
+    after_commit: Callable[[list[str]], None] | None = None,
+) -> RunOutcome:
+    """Run (or resume) ``run_id`` of ``plan`` to the end. See the module docstring for the steps."""
+    from rewind.job.components import make_sink, quarantine_table
+
+    spec = plan.job_spec()
+    sink = make_sink(settings, spec)
+    started = time.monotonic()
+    # 1. the run is running
+    ledger.set_state(run_id, "running")
+    try:
+        # 2. the lease on the staging target, for the whole run
+        with ledger.keeper(sink.target, run_id, spec.run.lease_ttl_s) as keeper:
+            # 3. staging and quarantine
+            schema = plan.output_schema()
+            staging = sink.prepare(run_id, schema)
+            qsink, qstaging = _quarantine(settings, quarantine_table(spec), run_id)
+            ledger.set_state(run_id, "running", staging=staging.to_dict())
+            # 4. reconcile the ledger with what the sink holds
+            _reconcile(ledger, sink, staging, run_id)
+            done_q = qsink.committed_units(qstaging, run_id)
+            # 5. waves of pending units
+            pending = _pending(ledger, plan, run_id)
+            wave_size = units_per_wave or _default_wave(settings)
+            waves = 0
+            for start in range(0, len(pending), wave_size):
+                keeper.check()  # fenced: a lost lease stops the run before it writes again
+                wave = pending[start : start + wave_size]
+                _run_wave(settings, ledger, plan, run_id, wave, sink, staging, qsink, qstaging, done_q)
+                waves += 1
+                if after_commit is not None:
+                    after_commit([u.id for u in wave])
+                if progress is not None:
+                    progress(_progress(ledger, plan, run_id, started))
+            # 6. whole-run conservation and success
+            totals = ledger.unit_counts(run_id)
+            counts = UnitCounts(
+                totals.records_read,
+                totals.emitted,
+                totals.rows_out,
+                totals.quarantined,
+                totals.filtered,
+                _flat(totals.reasons),
+            )
+            if not counts.conserved:
+                raise ConservationViolated(
+                    f"run {run_id}: read {counts.records_read} != emitted {counts.emitted} + quarantined "
+                    f"{counts.quarantined} + filtered {counts.filtered}"
+                )
+            ledger.set_state(run_id, "succeeded", totals=counts.to_dict())
+            ledger.audit(run_id, "run-succeeded", counts.to_dict())
+            return RunOutcome(
+                run_id,
+                "succeeded",
+                plan.plan_id,
+                counts,
+                staging.to_dict(),
+                qstaging.table,
+                time.monotonic() - started,
+                len(plan.units),
+                waves,
+            )
+    except KeyboardInterrupt:
+        ledger.set_state(run_id, "interrupted", error="interrupted (Ctrl-C); `rewind resume` continues")
+        raise
+    except Exception as exc:
+        ledger.set_state(run_id, "failed", error=_one_line(exc))
+        raise
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {text[0] if text else ''}"[:2000]
+
+
+def _flat(reasons: dict[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, value in reasons.items():
+        if isinstance(value, dict):
+            for sub, count in _flat(value).items():
+                out[f"{key}: {sub}"] = count
+        else:
+            out[key] = int(value)
+    return out
+
+
+def _default_wave(settings: Settings) -> int:
+    import os
+
+    return max(8, 4 * (os.cpu_count() or 2))
+
+
+def _pending(ledger: Ledger, plan: JobPlan, run_id: str) -> list[WorkUnit]:
+    waiting = {u.unit_id for u in ledger.pending_units(run_id)}
+    return [u for u in plan.units if u.id in waiting]
+
+
+def _quarantine(settings: Settings, table: str, run_id: str) -> tuple[IcebergSink, IcebergStaging]:
+    """The quarantine table (created on first use); written directly, never staged."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from rewind.catalog import load_catalog
+    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+    from rewind.translate.quarantine import QUARANTINE_SCHEMA
+
+    catalog = load_catalog(settings)
+    try:
+        catalog.load_table(table)
+    except NoSuchTableError:
+        catalog.create_namespace_if_not_exists(table.rpartition(".")[0])
+        try:
+            catalog.create_table(table, schema=QUARANTINE_SCHEMA)
+        except Exception:  # another run created it first
+            catalog.load_table(table)
+    return IcebergSink(catalog, table), IcebergStaging(f"iceberg:{table}", table, None, None, False)
+
+
+def _reconcile(ledger: Ledger, sink: IcebergSink, staging: IcebergStaging, run_id: str) -> None:
+    """Step 4: units committed in the sink but not done in the ledger become done."""
+    from rewind.ledger.models import UnitResult
+
+    waiting = {u.unit_id for u in ledger.pending_units(run_id)}
+    held = sink.committed_units(staging, run_id)
+    recovered = waiting & held
+    if not recovered:
+        return
+    counts = sink.committed_counts(staging, run_id)
+    results = [UnitResult(uid, **_counts_for(counts.get(uid))) for uid in sorted(recovered)]
+    ledger.complete_units(run_id, results)
+    ledger.audit(run_id, "reconcile", {"units_recovered_from_sink": len(recovered)})
+
+
+def _counts_for(data: dict[str, Any] | None) -> dict[str, Any]:
+    c = UnitCounts.from_dict(data or {})
+    return {
+        "records_read": c.records_read,
+        "emitted": c.emitted,
+        "rows_out": c.rows_out,
+        "quarantined": c.quarantined,
+        "filtered": c.filtered,
+        "reasons": c.reasons,
+    }
+
+
+def _run_wave(
+    settings: Settings,
+    ledger: Ledger,
+    plan: JobPlan,
+    run_id: str,
+    wave: list[WorkUnit],
+    sink: IcebergSink,
+    staging: IcebergStaging,
+    qsink: IcebergSink,
+    qstaging: IcebergStaging,
+    done_q: set[str],
+) -> None:
+    """Step 5 for one wave: Spark, conservation per unit, quarantine commit, output commit, ledger."""
+    from rewind.ledger.models import UnitResult
+    from rewind.sinks.iceberg import COUNTS_PROPERTY
+    from rewind.spark import session
+    from rewind.spark.job_stage import StageContext, run_wave
+
+    spec = plan.job_spec()
+    ledger.mark_running(run_id, [u.id for u in wave])
+    ctx = StageContext(
+        run_id=run_id,
+        spec_json=spec.model_dump_json(by_alias=True),
+        output_schema_b64=plan.output_schema_b64,
+        data_folder=sink.data_folder(staging),
+        quarantine_folder=qsink.data_folder(qstaging),
+        kafka_conf=settings.kafka_config(),
+        units=tuple(wave),
+        max_records_per_second=spec.guards.max_records_per_second,
+        rate_limit_id=run_id,
+    )
+    outputs = run_wave(session(settings), ctx)
+    bad = [o for o in outputs.values() if not o.counts.conserved]
+    if bad:
+        c = bad[0].counts
+        raise ConservationViolated(
+            f"unit {bad[0].unit_id}: read {c.records_read} != emitted {c.emitted} + quarantined "
+            f"{c.quarantined} + filtered {c.filtered}"
+        )
+    ids = sorted(outputs)
+    q_files = [f for uid in ids if uid not in done_q for f in outputs[uid].quarantine_files]
+    q_units = [uid for uid in ids if uid not in done_q and outputs[uid].quarantine_files]
+    if q_files:
+        qsink.commit(qstaging, run_id, q_units, q_files)
+        done_q.update(q_units)
+    files = [f for uid in ids for f in outputs[uid].data_files]
+    counts = {uid: outputs[uid].counts.to_dict() for uid in ids}
+    sink.commit(staging, run_id, ids, files, extra={COUNTS_PROPERTY: json.dumps(counts, sort_keys=True)})
+    ledger.complete_units(run_id, [UnitResult(uid, **_counts_for(counts[uid])) for uid in ids])
+
+
+def _progress(ledger: Ledger, plan: JobPlan, run_id: str, started: float) -> RunProgress:
+    totals = ledger.unit_counts(run_id)
+    counts = UnitCounts(
+        totals.records_read,
+        totals.emitted,
+        totals.rows_out,
+        totals.quarantined,
+        totals.filtered,
+        _flat(totals.reasons),
+    )
+    return RunProgress(run_id, len(plan.units), totals.done, plan.offsets, counts, started)

@@ -1,0 +1,161 @@
+"""The job operations the CLI and the Python API share: plan, run, resume, show.
+
+``rewind.job.service`` is the Python API: build a :class:`rewind.spec.JobSpec` in code (or
+load one with :func:`rewind.spec.load_spec`) and call these functions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rewind.errors import RewindError
+from rewind.job.plan import JobPlan, PlanRefused, build_plan
+from rewind.job.runner import ProgressHook, RunOutcome, execute, start_run
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
+    from rewind.ledger import Ledger
+    from rewind.spec import JobSpec
+
+
+def open_ledger(settings: Settings) -> Ledger:
+    from rewind.ledger import Ledger
+
+    return Ledger.open(settings.ledger)
+
+
+def plan_job(settings: Settings, spec: JobSpec, ledger: Ledger | None = None) -> JobPlan:
+    """Build the plan and store it in the ledger (the only write planning does).
+
+    The id depends only on the spec and the units; when it is stored already (the same spec
+    over the same log), the stored plan is kept and the fresh one, equal but for its
+    measured estimates, is returned.
+    """
+    from rewind.ledger import NotFound
+
+    plan = build_plan(settings, spec)
+    own = ledger is None
+    ledger = ledger or open_ledger(settings)
+    try:
+        try:
+            ledger.get_plan(plan.plan_id)
+        except NotFound:
+            ledger.save_plan(plan.plan_id, plan.name, plan.spec, plan.to_dict())
+        ledger.audit(None, "plan", {"plan_id": plan.plan_id, "name": plan.name, "ok": plan.ok})
+    finally:
+        if own:
+            ledger.close()
+    return plan
+
+
+def load_plan(ledger: Ledger, plan_id: str) -> JobPlan:
+    record = ledger.get_plan(plan_id)
+    return JobPlan.from_dict(record.plan)
+
+
+def run_job(
+    settings: Settings,
+    spec_or_plan: JobSpec | str,
+    *,
+    progress: ProgressHook | None = None,
+    run_id: str | None = None,
+    units_per_wave: int | None = None,
+) -> RunOutcome:
+    """Plan (or load a stored plan by id), refuse on a failed gate, then execute."""
+    from rewind.job.components import make_sink
+
+    with _ledger(settings) as ledger:
+        if isinstance(spec_or_plan, str):
+            plan = load_plan(ledger, spec_or_plan)
+        else:
+            plan = plan_job(settings, spec_or_plan, ledger)
+        if not plan.ok:
+            gate = plan.failed_gates()[0]
+            raise PlanRefused(f"plan {plan.plan_id} refused by gate {gate.name}: {gate.detail}")
+        target = make_sink(settings, plan.job_spec()).target
+        rid = start_run(ledger, plan, target, run_id)
+        return execute(settings, ledger, plan, rid, progress=progress, units_per_wave=units_per_wave)
+
+
+def resume_job(
+    settings: Settings,
+    run_id: str,
+    *,
+    progress: ProgressHook | None = None,
+    units_per_wave: int | None = None,
+) -> RunOutcome:
+    """Finish an interrupted or failed run: only units not yet committed are redone."""
+    with _ledger(settings) as ledger:
+        run = ledger.get_run(run_id)
+        if run.state in ("succeeded", "promoted", "rolled_back"):
+            raise RewindError(f"run {run_id} is {run.state}; there is nothing to resume")
+        plan = load_plan(ledger, run.plan_id)
+        ledger.audit(run_id, "resume", {"from_state": run.state})
+        return execute(settings, ledger, plan, run_id, progress=progress, units_per_wave=units_per_wave)
+
+
+def show_run(settings: Settings, run_id: str) -> dict[str, Any]:
+    with _ledger(settings) as ledger:
+        run = ledger.get_run(run_id)
+        totals = ledger.unit_counts(run_id)
+        units = ledger.units(run_id)
+        return {
+            "run_id": run.id,
+            "name": run.name,
+            "plan_id": run.plan_id,
+            "state": run.state,
+            "target": run.target,
+            "user": run.user,
+            "created_at": run.created_at.isoformat(),
+            "started_at": run.started_at.isoformat() if run.started_at else None,
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+            "error": run.error,
+            "staging": run.staging,
+            "records_read": totals.records_read,
+            "emitted": totals.emitted,
+            "rows_out": totals.rows_out,
+            "quarantined": totals.quarantined,
+            "filtered": totals.filtered,
+            "quarantine_reasons": totals.reasons,
+            "units_total": totals.units,
+            "units_by_state": totals.by_state,
+            "units": [
+                {
+                    "unit_id": u.unit_id,
+                    "state": u.state,
+                    "attempts": u.attempts,
+                    "records_read": u.records_read,
+                    "rows_out": u.rows_out,
+                    "quarantined": u.quarantined,
+                    "filtered": u.filtered,
+                }
+                for u in units
+            ],
+        }
+
+
+def list_runs(settings: Settings, limit: int = 20) -> list[dict[str, Any]]:
+    with _ledger(settings) as ledger:
+        return [
+            {
+                "run_id": r.id,
+                "name": r.name,
+                "state": r.state,
+                "target": r.target,
+                "created_at": r.created_at.isoformat(),
+                "finished_at": r.finished_at.isoformat() if r.finished_at else None,
+            }
+            for r in ledger.list_runs(limit)
+        ]
+
+
+class _ledger:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def __enter__(self) -> Ledger:
+        self.ledger = open_ledger(self.settings)
+        return self.ledger
+
+    def __exit__(self, *exc: object) -> None:
+        self.ledger.close()

@@ -1,0 +1,213 @@
+"""The Spark part of a backfill run: read units, process them in tasks, write Parquet files.
+
+One wave = one Spark job over a set of work units. Each task reads its units' ranges with
+the ``rewind-kafka`` reader (a unit is never split across tasks), runs
+:func:`rewind.translate.process.process_batch` on every Arrow batch, streams output rows and
+quarantined records into one Parquet file per unit, and returns one small row per unit:
+its files and its counts. Nothing is visible until the driver commits the files
+(:mod:`rewind.job.runner`), so a failed task or a killed driver leaves only orphan files.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rewind.job.units import UnitCounts, WorkUnit
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+RESULT_SCHEMA = "unit_id string, data_file string, quarantine_file string, counts string"
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Everything a task needs, as plain data (it is pickled to every task)."""
+
+    run_id: str
+    spec_json: str
+    output_schema_b64: str
+    data_folder: str
+    quarantine_folder: str
+    kafka_conf: dict[str, Any]
+    units: tuple[WorkUnit, ...]
+    max_records_per_second: float | None = None
+    ranges_per_task: int = 4
+    rate_limit_id: str = ""
+
+
+@dataclass
+class UnitOutput:
+    unit_id: str
+    data_files: list[str] = field(default_factory=list)
+    quarantine_files: list[str] = field(default_factory=list)
+    counts: UnitCounts = field(default_factory=UnitCounts)
+
+
+def schema_to_b64(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_b64(text: str) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+class _UnitFiles:
+    """Streams one unit's output rows and quarantine rows into Parquet files, lazily opened."""
+
+    def __init__(self, ctx: StageContext, unit: WorkUnit, schema: pa.Schema) -> None:
+        self.ctx, self.unit, self.schema = ctx, unit, schema
+        self.rows_writer: Any = None
+        self.q_writer: Any = None
+        self.rows_path = ""
+        self.q_path = ""
+        self.counts = UnitCounts()
+
+    def _open(self, folder: str, schema: pa.Schema, kind: str) -> tuple[Any, str]:
+        import uuid
+
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+
+        fs, root = pafs.FileSystem.from_uri(folder)
+        fs.create_dir(root, recursive=True)
+        safe = self.unit.id.replace("/", "_")
+        name = f"{self.ctx.run_id}-{kind}-{safe}-{uuid.uuid4().hex[:12]}.parquet"
+        writer = pq.ParquetWriter(f"{root.rstrip('/')}/{name}", schema, filesystem=fs, compression="zstd")
+        return writer, f"{folder.rstrip('/')}/{name}"
+
+    def write(self, rows: pa.Table, quarantine: pa.Table) -> None:
+        if rows.num_rows:
+            if self.rows_writer is None:
+                self.rows_writer, self.rows_path = self._open(self.ctx.data_folder, self.schema, "data")
+            self.rows_writer.write_table(rows.select(self.schema.names).cast(self.schema))
+        if quarantine.num_rows:
+            if self.q_writer is None:
+                self.q_writer, self.q_path = self._open(
+                    self.ctx.quarantine_folder, quarantine.schema, "quarantine"
+                )
+            self.q_writer.write_table(quarantine)
+
+    def close(self) -> UnitOutput:
+        for writer in (self.rows_writer, self.q_writer):
+            if writer is not None:
+                writer.close()
+        return UnitOutput(
+            self.unit.id,
+            [self.rows_path] if self.rows_path else [],
+            [self.q_path] if self.q_path else [],
+            self.counts,
+        )
+
+
+class ProcessUnits:
+    """The ``mapInArrow`` function of a wave: Kafka batches in, one result row per unit out."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from rewind.job.components import make_decoder, make_translator, transform_name
+        from rewind.spec import JobSpec
+        from rewind.translate.process import ProcessContext, process_batch
+
+        spec = JobSpec.model_validate_json(self.ctx.spec_json)
+        decoder = make_decoder(spec.decode)
+        translator = make_translator(spec.translate)
+        schema = schema_from_b64(self.ctx.output_schema_b64)
+        user_schema = pa.schema([f for f in schema if not f.name.startswith("_rewind_")])
+        by_partition: dict[tuple[str, int], list[WorkUnit]] = {}
+        for unit in self.ctx.units:
+            by_partition.setdefault((unit.topic, unit.partition), []).append(unit)
+        files: dict[str, _UnitFiles] = {}
+        extracted_at = datetime.now(UTC)
+        name = transform_name(spec.translate)
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            table = pa.Table.from_batches([batch])
+            for topic, partition in _partitions_in(table):
+                part = table.filter(
+                    pc.and_(pc.equal(table["topic"], topic), pc.equal(table["partition"], partition))
+                )
+                offsets = part["offset"]
+                for unit in by_partition.get((topic, partition), []):
+                    in_unit = part.filter(
+                        pc.and_(pc.greater_equal(offsets, unit.start), pc.less(offsets, unit.end))
+                    )
+                    if in_unit.num_rows == 0:
+                        continue
+                    ctx = ProcessContext(self.ctx.run_id, unit.id, name, spec.translate.version, extracted_at)
+                    result = process_batch(
+                        in_unit, decoder, translator, spec.key, ctx, output_schema=user_schema
+                    )
+                    out = files.get(unit.id) or files.setdefault(unit.id, _UnitFiles(self.ctx, unit, schema))
+                    out.write(result.rows, result.quarantine)
+                    out.counts.add(UnitCounts.from_dict(result.counts.to_dict()))
+        rows = []
+        for out in files.values():
+            done = out.close()
+            rows.append(
+                {
+                    "unit_id": done.unit_id,
+                    "data_file": json.dumps(done.data_files),
+                    "quarantine_file": json.dumps(done.quarantine_files),
+                    "counts": json.dumps(done.counts.to_dict()),
+                }
+            )
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=_result_arrow_schema())
+
+
+def _partitions_in(table: pa.Table) -> list[tuple[str, int]]:
+
+    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
+    return sorted(zip(pairs["topic"].to_pylist(), pairs["partition"].to_pylist(), strict=True))
+
+
+def _result_arrow_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("unit_id", pa.string()),
+            ("data_file", pa.string()),
+            ("quarantine_file", pa.string()),
+            ("counts", pa.string()),
+        ]
+    )
+
+
+def run_wave(spark: SparkSession, ctx: StageContext) -> dict[str, UnitOutput]:
+    """Run one wave; every unit of ``ctx`` gets an output (zero counts if it held no record).
+
+    A unit that yields no result row had no records in its range (all gaps): Spark fails
+    the whole job if any task fails, so a finished job has read every unit completely.
+    """
+    ranges = json.dumps([u.range.to_dict() for u in ctx.units])
+    reader = spark.read.format("rewind-kafka").option("ranges", ranges)
+    for key, value in ctx.kafka_conf.items():
+        reader = reader.option(f"kafka.{key}", str(value))
+    reader = reader.option("rangesPerTask", str(ctx.ranges_per_task))
+    if ctx.max_records_per_second:
+        reader = reader.option("maxRecordsPerSecond", str(ctx.max_records_per_second))
+        reader = reader.option("rateLimitId", ctx.rate_limit_id or ctx.run_id)
+    results = reader.load().mapInArrow(ProcessUnits(ctx), RESULT_SCHEMA).collect()
+    outputs = {u.id: UnitOutput(u.id) for u in ctx.units}
+    for row in results:
+        out = outputs[row.unit_id]
+        out.data_files += json.loads(row.data_file)
+        out.quarantine_files += json.loads(row.quarantine_file)
+        out.counts.add(UnitCounts.from_dict(json.loads(row.counts)))
+    return outputs
