@@ -7,6 +7,7 @@ import the same environment (the same Rewind, the same confluent-kafka).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -78,10 +79,9 @@ def register(spark: SparkSession) -> list[str]:
         return names  # registering again would only log a "replaced" warning
     for source in _data_sources():
         spark.dataSource.register(source)
-    try:
+    # a Connect session may not take attributes; registering twice is harmless there
+    with contextlib.suppress(AttributeError):
         spark._rewind_sources = names  # type: ignore[attr-defined]
-    except AttributeError:  # a Connect session may not take attributes; registering twice is harmless
-        pass
     return names
 
 
