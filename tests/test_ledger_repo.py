@@ -75,26 +75,30 @@ def is_utc(value: datetime | None) -> bool:
 # -- schema ----------------------------------------------------------------------------------
 
 
-def test_a_version_1_ledger_is_upgraded_and_a_newer_one_refused(url: str) -> None:
+def test_an_early_ledger_gets_the_tables_and_a_newer_one_is_refused(url: str) -> None:
     engine = connect(url)
     try:
-        with engine.begin() as conn:
+        with engine.begin() as conn:  # a ledger made before the repository: the version row only
             for table in (*TABLES, "rewind_schema"):
                 conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
             conn.execute(
                 text(
-                    "CREATE TABLE rewind_schema (id INTEGER PRIMARY KEY, version INTEGER NOT NULL, "
-                    "created_at TIMESTAMP)"
+                    "CREATE TABLE rewind_schema "
+                    "(id INTEGER PRIMARY KEY, version INTEGER NOT NULL, created_at TIMESTAMP)"
                 )
             )
-            conn.execute(text("INSERT INTO rewind_schema (id, version) VALUES (1, 1)"))
-        assert ensure_schema(engine) == SCHEMA_VERSION == 2
+            conn.execute(text(f"INSERT INTO rewind_schema (id, version) VALUES (1, {SCHEMA_VERSION})"))
+        assert ensure_schema(engine) == SCHEMA_VERSION
         with Ledger(engine) as led:
             led.save_plan("p-1", "orders", SPEC, PLAN)  # the new tables exist
         engine = connect(url)
+        newer = SCHEMA_VERSION + 1
         with engine.begin() as conn:
-            conn.execute(text("UPDATE rewind_schema SET version = 99"))
-        with pytest.raises(RewindError, match=r"schema v99, newer than this Rewind understands \(v2\)"):
+            conn.execute(text(f"UPDATE rewind_schema SET version = {newer}"))
+        with pytest.raises(
+            RewindError,
+            match=rf"schema v{newer}, newer than this Rewind understands \(v{SCHEMA_VERSION}\); upgrade",
+        ):
             ensure_schema(engine)
         with engine.begin() as conn:
             conn.execute(text(f"UPDATE rewind_schema SET version = {SCHEMA_VERSION}"))

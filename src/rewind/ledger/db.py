@@ -19,11 +19,14 @@ from rewind.errors import ConfigError, RewindError
 from rewind.ledger.schema import metadata, schema_info
 from rewind.secrets import mask_url
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 1
 """Version of the tables this code writes. History:
 
-1. ``rewind_schema`` only.
-2. plans, runs, units, leases, audit (created by ``create_all``; nothing to convert).
+1. schema, plans, runs, units, leases, audit. (Ledgers made before the repository existed
+   hold only ``rewind_schema``; ``create_all`` adds the other tables to them.)
+
+A change that ``create_all`` cannot make (a new column, a new constraint) bumps this and
+adds its step to :func:`ensure_schema`.
 """
 
 WRITE: dict[str, Any] = {"rewind_sqlite_begin": "IMMEDIATE"}
@@ -81,7 +84,7 @@ def ensure_schema(engine: Engine) -> int:
                 conn.execute(schema_info.insert().values(id=1, version=SCHEMA_VERSION))
                 version = SCHEMA_VERSION
             elif version < SCHEMA_VERSION:
-                # every step so far only added tables, which create_all has just done
+                # no step yet needs more than the tables create_all has just added
                 conn.execute(schema_info.update().where(schema_info.c.id == 1).values(version=SCHEMA_VERSION))
                 version = SCHEMA_VERSION
             elif version > SCHEMA_VERSION:
