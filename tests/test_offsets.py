@@ -540,7 +540,7 @@ def test_subscribe_pattern(kafka_conf: dict[str, Any], small: tuple[str, dict[in
 
 def run_time_job(
     log: Sequence[tuple[int, int]], ts: int, listed: int, low: int, high: int
-) -> tuple[int, str]:
+) -> tuple[int, str, tuple[str, ...]]:
     """Answer the job's reads from ``log`` ((offset, timestamp) with gaps) like a fetch would."""
     job = _time_job(("t", 0), "startingTimestamp", ts, listed, low, high)
     records = None
@@ -555,7 +555,7 @@ def run_time_job(
                     if off >= read.until:
                         break
     except StopIteration as stop:
-        return stop.value.offset, stop.value.method
+        return stop.value.offset, stop.value.method, stop.value.notes
 
 
 @st.composite
@@ -579,10 +579,18 @@ def test_time_job_finds_the_first_record_at_or_after_t(
     kept = [(o, t) for o, t in log if o >= low]
     ts = BASE + probe
     want = next((o for o, t in kept if t >= ts), high)
-    got, method = run_time_job(log, ts, listed, low, high)
+    got, method, _notes = run_time_job(log, ts, listed, low, high)
     assert got == want
     if listed == want and low <= listed < high:
         assert method == "list-offsets"  # a right answer is accepted as it is
+
+
+def test_time_job_reports_timestamps_going_backwards() -> None:
+    """Out of order: the answer is a crossing of T, and the plan says the bound is approximate."""
+    log = [(0, 100), (1, 300), (2, 200)]
+    offset, method, notes = run_time_job(log, 150, listed=2, low=0, high=3)
+    assert (offset, method) == (1, "search")
+    assert any("timestamps go backwards on t/0 (offset 1: 300, offset 2: 200)" in n for n in notes)
 
 
 # -- option parsing -------------------------------------------------------------------------

@@ -233,22 +233,6 @@ _BY_TIMESTAMP_HELP = 'expected JSON like {"topic":{"0":1700000000000}} (millisec
 _TIMESTAMP_HELP = "expected milliseconds since the epoch, like 1700000000000"
 _ASSIGN_HELP = 'expected JSON like {"topic":[0,1]}'
 
-_KNOWN = (
-    "subscribe",
-    "subscribePattern",
-    "assign",
-    "startingOffsets",
-    "endingOffsets",
-    "startingTimestamp",
-    "endingTimestamp",
-    "startingOffsetsByTimestamp",
-    "endingOffsetsByTimestamp",
-    "startingOffsetsByTimestampStrategy",
-    "minPartitions",
-    "maxRecordsPerPartition",
-    "failOnDataLoss",
-)
-
 
 def _show(value: str, limit: int = 120) -> str:
     """The value on one line, shortened: it goes into a one-line error message."""
