@@ -126,13 +126,18 @@ def doctor(
     out = Output(json_out)
     out.result(report, _render_doctor)
     if not report["ok"]:  # stderr only: with --json the report above is the one JSON object
-        Output(as_json=False).error(report["failure"])
+        out.failure(report["failure"])
         raise typer.Exit(1)
 
 
 def _render_doctor(console: Console, report: dict[str, Any]) -> None:
-    colours = {"ok": "green", "supported": "green", "wrong-answer": "yellow",
-               "missing": "yellow", "failed": "red"}
+    colours = {
+        "ok": "green",
+        "supported": "green",
+        "wrong-answer": "yellow",
+        "missing": "yellow",
+        "failed": "red",
+    }
     table = Table("check", "status", "detail", "seconds")
     for c in report["checks"]:
         colour = colours.get(c["status"], "white")
@@ -160,6 +165,186 @@ def _render_steps(console: Console, data: dict[str, Any]) -> None:
         table.add_row(step["step"], f"{step['seconds']:.2f}", facts)
     console.print(table)
     console.print("[green]demo passed[/]: every count was exact. `rewind dev down` stops the stack.")
+
+
+MetricsOpt = Annotated[
+    int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+]
+
+
+@app.command()
+@command
+def plan(spec: Annotated[Path, typer.Argument(help="Job spec (YAML).")], json_out: JsonOpt = False) -> None:
+    """Resolve the window, sample, check the gates; store the plan. Moves nothing."""
+    from rewind.job.service import plan_job
+    from rewind.spec import load_spec
+
+    job_plan = plan_job(_settings(), load_spec(spec))
+    data = _plan_summary(job_plan)
+    out = Output(json_out)
+    out.result(data, _render_plan)
+    if not job_plan.ok:
+        gate = job_plan.failed_gates()[0]
+        out.failure(f"plan {job_plan.plan_id} refused by gate {gate.name}: {gate.detail}")
+        raise typer.Exit(1)
+
+
+def _plan_summary(job_plan: Any) -> dict[str, Any]:
+    by_partition: dict[str, dict[str, Any]] = {}
+    for p in job_plan.read_plan["partitions"]:
+        by_partition[f"{p['topic']}/{p['partition']}"] = {
+            "start": p["start"],
+            "end": p["end"],
+            "low": p["low"],
+            "high": p["high"],
+            "offsets": p["end"] - p["start"],
+            "start_method": p["start_method"],
+            "end_method": p["end_method"],
+            "missing_below_low": p["missing_below_low"],
+        }
+    return {
+        "plan_id": job_plan.plan_id,
+        "name": job_plan.name,
+        "ok": job_plan.ok,
+        "offsets": job_plan.offsets,
+        "units": len(job_plan.units),
+        "partitions": by_partition,
+        "estimates": job_plan.estimates,
+        "output_columns": [list(c) for c in job_plan.output_columns],
+        "gates": [{"name": g.name, "ok": g.ok, "detail": g.detail} for g in job_plan.gates],
+        "notes": list(job_plan.notes),
+    }
+
+
+def _render_plan(console: Console, d: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]plan {d['plan_id']}[/] for {d['name']}: {d['offsets']:,} offsets in {d['units']} units"
+    )
+    table = Table("partition", "range", "offsets", "log", "how")
+    for name, p in d["partitions"].items():
+        how = f"{p['start_method']} → {p['end_method']}"
+        if p["missing_below_low"]:
+            how += " [red](below log start)[/]"
+        table.add_row(
+            name, f"[{p['start']}, {p['end']})", f"{p['offsets']:,}", f"[{p['low']}, {p['high']})", how
+        )
+    console.print(table)
+    est = d["estimates"]
+    console.print(", ".join(f"{k}={v}" for k, v in est.items()))
+    gates = Table("gate", "ok", "detail")
+    for g in d["gates"]:
+        gates.add_row(g["name"], "[green]yes[/]" if g["ok"] else "[red]NO[/]", g["detail"])
+    console.print(gates)
+    for note in d["notes"][:5]:
+        console.print(f"[dim]note: {note}[/]")
+
+
+@app.command()
+@command
+def run(
+    spec_or_plan: Annotated[str, typer.Argument(help="Job spec (YAML) or a stored plan id.")],
+    json_out: JsonOpt = False,
+    metrics_port: MetricsOpt = None,
+) -> None:
+    """Plan if given a spec, then execute on Spark into staging."""
+    from rewind.job.service import run_job
+    from rewind.progress import ProgressView
+    from rewind.spec import load_spec
+
+    settings = _settings()
+    target: Any = spec_or_plan if spec_or_plan.startswith("p-") and not Path(spec_or_plan).exists() else None
+    if target is None:
+        target = load_spec(Path(spec_or_plan))
+    with ProgressView(enabled=not json_out, metrics_port=metrics_port) as view:
+        outcome = run_job(settings, target, progress=view)
+    Output(json_out).result(outcome.to_dict(), _render_outcome)
+
+
+@app.command()
+@command
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to finish.")],
+    json_out: JsonOpt = False,
+    metrics_port: MetricsOpt = None,
+) -> None:
+    """Finish an interrupted or failed run; only unfinished units are redone."""
+    from rewind.job.service import resume_job
+    from rewind.progress import ProgressView
+
+    settings = _settings()
+    with ProgressView(enabled=not json_out, metrics_port=metrics_port) as view:
+        outcome = resume_job(settings, run_id, progress=view)
+    Output(json_out).result(outcome.to_dict(), _render_outcome)
+
+
+def _render_outcome(console: Console, d: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]{d['run_id']}[/] {d['state']}: read {d['records_read']:,}, rows out {d['rows_out']:,}, "
+        f"quarantined {d['quarantined']:,}, filtered {d['filtered']:,} in {d['seconds']}s "
+        f"({d['records_per_s'] or 0:,} rec/s)"
+    )
+    for reason, count in (d.get("quarantine_reasons") or {}).items():
+        console.print(f"  quarantined {count:,}: {reason}")
+    staging = d["staging"]
+    where = staging.get("table", "?") + (f"@{staging['branch']}" if staging.get("branch") else "")
+    console.print(f"staging: {where}; quarantine: {d['quarantine_table']}")
+
+
+@app.command()
+@command
+def runs(json_out: JsonOpt = False, limit: Annotated[int, typer.Option(help="How many.")] = 20) -> None:
+    """The latest runs."""
+    from rewind.job.service import list_runs
+
+    data = list_runs(_settings(), limit)
+
+    def render(console: Console, rows: Any) -> None:
+        table = Table("run", "name", "state", "target", "created", "finished")
+        for r in rows["runs"]:
+            table.add_row(
+                r["run_id"], r["name"], r["state"], r["target"], r["created_at"], r["finished_at"] or ""
+            )
+        console.print(table)
+
+    Output(json_out).result({"runs": data}, render)
+
+
+@app.command()
+@command
+def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: JsonOpt = False) -> None:
+    """State, timings, counts per unit, quarantine by reason, and where the output is."""
+    from rewind.job.service import show_run
+
+    data = show_run(_settings(), run_id)
+
+    def render(console: Console, d: dict[str, Any]) -> None:
+        console.print(
+            f"[bold]{d['run_id']}[/] ({d['name']}) {d['state']}, plan {d['plan_id']}, by {d['user']}"
+        )
+        console.print(f"created {d['created_at']}, started {d['started_at']}, finished {d['finished_at']}")
+        if d["error"]:
+            console.print(f"[red]error:[/] {d['error']}")
+        console.print(
+            f"read {d['records_read']:,}, emitted {d['emitted']:,}, rows out {d['rows_out']:,}, "
+            f"quarantined {d['quarantined']:,}, filtered {d['filtered']:,}; units {d['units_by_state']}"
+        )
+        for reason, count in (d["quarantine_reasons"] or {}).items():
+            console.print(f"  quarantined {count}: {reason}")
+        console.print(f"staging: {d['staging']}")
+        table = Table("unit", "state", "attempts", "read", "rows", "quarantined", "filtered")
+        for u in d["units"][:50]:
+            table.add_row(
+                u["unit_id"],
+                u["state"],
+                str(u["attempts"]),
+                str(u["records_read"]),
+                str(u["rows_out"]),
+                str(u["quarantined"]),
+                str(u["filtered"]),
+            )
+        console.print(table)
+
+    Output(json_out).result(data, render)
 
 
 @app.command("config")

@@ -35,3 +35,7 @@ class Output:
         if self.as_json:
             sys.stdout.write(json.dumps({"error": message}) + "\n")
         self.errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+
+    def failure(self, message: str) -> None:
+        """One line on stderr after a result was printed (with --json that result is the one object)."""
+        self.errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rewind.kafka.offsets import ReadPlan
     from rewind.spec import JobSpec
 
-SAMPLE_RECORDS = 2000
+SAMPLE_RECORDS = 20_000
 
 
 class PlanRefused(RewindError):

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
+from rewind.job import faults
 from rewind.job.units import UnitCounts, WorkUnit
 
 if TYPE_CHECKING:
@@ -293,6 +295,7 @@ def _run_wave(
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
     )
+    faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     outputs = run_wave(session(settings), ctx)
     bad = [o for o in outputs.values() if not o.counts.conserved]
     if bad:
@@ -307,10 +310,13 @@ def _run_wave(
     if q_files:
         qsink.commit(qstaging, run_id, q_units, q_files)
         done_q.update(q_units)
+        faults.point("after-quarantine-commit")
     files = [f for uid in ids for f in outputs[uid].data_files]
     counts = {uid: outputs[uid].counts.to_dict() for uid in ids}
     sink.commit(staging, run_id, ids, files, extra={COUNTS_PROPERTY: json.dumps(counts, sort_keys=True)})
+    faults.point("after-sink-commit")
     ledger.complete_units(run_id, [UnitResult(uid, **_counts_for(counts[uid])) for uid in ids])
+    faults.point("after-ledger-update")
 
 
 def _progress(ledger: Ledger, plan: JobPlan, run_id: str, started: float) -> RunProgress:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
+from rewind.job import faults
 from rewind.job.plan import JobPlan, PlanRefused, build_plan
 from rewind.job.runner import ProgressHook, RunOutcome, execute, start_run
 
@@ -74,6 +75,7 @@ def run_job(
             raise PlanRefused(f"plan {plan.plan_id} refused by gate {gate.name}: {gate.detail}")
         target = make_sink(settings, plan.job_spec()).target
         rid = start_run(ledger, plan, target, run_id)
+        faults.point("after-plan")
         return execute(settings, ledger, plan, rid, progress=progress, units_per_wave=units_per_wave)
 
 

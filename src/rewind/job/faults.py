@@ -1,0 +1,36 @@
+"""Named crash points for fault tests: ``REWIND_FAULT=<point>[:<n>]`` kills this process with
+SIGKILL the n-th time (default 1st) the run passes ``point``. Unset, it costs one dict lookup.
+
+Points: ``after-plan`` (plan stored, run not started), ``mid-wave`` (Spark job of a wave
+running), ``after-quarantine-commit``, ``after-sink-commit`` (output committed, ledger not
+updated), ``after-ledger-update``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+_seen: dict[str, int] = {}
+_lock = threading.Lock()
+
+
+def point(name: str) -> None:
+    wanted = os.environ.get("REWIND_FAULT")
+    if not wanted:
+        return
+    target, _, nth = wanted.partition(":")
+    if target != name:
+        return
+    with _lock:
+        _seen[name] = _seen.get(name, 0) + 1
+        if _seen[name] == int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def after(seconds: float, name: str) -> None:
+    """Arm ``name`` to fire from a timer thread (a kill in the middle of a Spark job)."""
+    wanted = os.environ.get("REWIND_FAULT", "")
+    if wanted.partition(":")[0] == name:
+        threading.Timer(seconds, point, args=(name,)).start()
