@@ -40,3 +40,17 @@ def test_split_covers_range_in_order() -> None:
     parts = OffsetRange("t", 0, 10, 35).split(10)
     assert [(p.start, p.end) for p in parts] == [(10, 20), (20, 30), (30, 35)]
     assert OffsetRange("t", 0, 5, 5).split(3) == [OffsetRange("t", 0, 5, 5)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ranges_strategy, st.integers(1, 200), st.integers(1, 6))
+def test_tasks_in_order_return_each_partition_in_offset_order(
+    ranges: list[OffsetRange], max_records: int, per_task: int
+) -> None:
+    chunks = [c for r in ranges for c in r.split(max_records)]
+    starts: dict[tuple[str, int], list[int]] = {}
+    for task in group_for_tasks(chunks, per_task):
+        for c in task:
+            starts.setdefault((c.topic, c.partition), []).append(c.start)
+    for seen in starts.values():
+        assert seen == sorted(seen)

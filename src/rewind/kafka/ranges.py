@@ -50,29 +50,38 @@ def group_for_tasks(
     """Group chunks into tasks of at most ``ranges_per_task`` chunks of distinct partitions.
 
     One consumer can read several partitions at once but not two chunks of the same one,
-    so a task never holds two chunks of a partition. At least ``min_tasks`` tasks are made
-    when there are that many chunks. Work is balanced greedily: biggest chunk first, into
-    the task with the fewest offsets that can take it. Deterministic for the same input.
+    so a task never holds two chunks of a partition. Tasks are made layer by layer: all
+    first chunks of every partition, then all second chunks, and so on, so that the tasks,
+    in order, return each partition's records in offset order (as Spark's Kafka source
+    does). At least ``min_tasks`` tasks are made when there are that many chunks; within a
+    layer, chunks are spread over its tasks biggest first. Deterministic for the same input.
     """
     if ranges_per_task <= 0:
         raise ValueError("ranges_per_task must be positive")
-    work = sorted((c for c in chunks if c.size > 0), key=lambda c: (-c.size, c.topic, c.partition, c.start))
+    work = sorted(c for c in chunks if c.size > 0)
     if not work:
         return []
-    count = max(-(-len(work) // ranges_per_task), min(min_tasks or 1, len(work)))
-    tasks: list[list[OffsetRange]] = [[] for _ in range(count)]
-    loads = [0] * count
-    members: list[set[tuple[str, int]]] = [set() for _ in range(count)]
-    for chunk in work:
-        key = (chunk.topic, chunk.partition)
-        fits = [i for i in range(len(tasks)) if key not in members[i] and len(tasks[i]) < ranges_per_task]
-        if not fits:
-            tasks.append([])
-            loads.append(0)
-            members.append(set())
-            fits = [len(tasks) - 1]
-        best = min(fits, key=lambda i: (loads[i], i))
-        tasks[best].append(chunk)
-        loads[best] += chunk.size
-        members[best].add(key)
-    return [sorted(t) for t in tasks if t]
+    layers: list[list[OffsetRange]] = []
+    index: dict[tuple[str, int], int] = {}
+    for chunk in work:  # sorted by (topic, partition, start): chunk j of a partition → layer j
+        j = index.get((chunk.topic, chunk.partition), 0)
+        index[(chunk.topic, chunk.partition)] = j + 1
+        if j == len(layers):
+            layers.append([])
+        layers[j].append(chunk)
+    wanted = min(min_tasks or 1, len(work))
+    per_task = ranges_per_task
+    while per_task > 1 and sum(-(-len(layer) // per_task) for layer in layers) < wanted:
+        per_task -= 1
+    tasks: list[list[OffsetRange]] = []
+    for layer in layers:
+        count = -(-len(layer) // per_task)
+        group: list[list[OffsetRange]] = [[] for _ in range(count)]
+        loads = [0] * count
+        for chunk in sorted(layer, key=lambda c: (-c.size, c.topic, c.partition)):
+            fits = [i for i in range(count) if len(group[i]) < per_task]
+            best = min(fits, key=lambda i: (loads[i], i))
+            group[best].append(chunk)
+            loads[best] += chunk.size
+        tasks.extend(sorted(g) for g in group if g)
+    return tasks
