@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck bench-kafka clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -28,6 +28,9 @@ lint: install
 
 bench-kafka: install
 	$(BIN)/python bench/kafka_read.py
+
+bench-job: install
+	$(BIN)/python bench/job_run.py
 
 clean:
 	rm -rf $(VENV) .rewind .pytest_cache
