@@ -29,11 +29,11 @@ sys.path.insert(0, str(HERE.parent))
 from common import bare_consume, bare_produce, broker, create_topic, machine, stamp  # noqa: E402
 
 
-def plain_job(spark, bootstrap: str, topic: str, out: str) -> None:  # noqa: ANN001
+def plain_job(spark, bootstrap: str, topic: str, out: str) -> None:
     """Decode + translate + write Parquet with nothing of Rewind's bookkeeping."""
     import pyarrow as pa
 
-    def process(batches):  # noqa: ANN001, ANN202
+    def process(batches):
         import pandas as pd
 
         from bench.job_translate import order_amount
