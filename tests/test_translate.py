@@ -13,7 +13,7 @@ import json
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -68,7 +68,7 @@ def fixture(name: str) -> Any:
 
 
 def kafka_batch(
-    values: list[bytes | None],
+    values: Sequence[bytes | None],
     keys: list[bytes | None] | None = None,
     topic: str = "orders",
     partition: int = 3,
@@ -79,7 +79,7 @@ def kafka_batch(
     return pa.RecordBatch.from_pydict(
         {
             "key": keys if keys is not None else [f"k{i}".encode() for i in range(n)],
-            "value": values,
+            "value": list(values),
             "topic": [topic] * n,
             "partition": [partition] * n,
             "offset": list(range(start, start + n)),
@@ -736,7 +736,10 @@ def test_every_record_is_emitted_quarantined_or_filtered_exactly_once(
     decoder = JsonDecoder(null_value="skip" if skip_tombstones else "quarantine")
     out = process_batch(batch, decoder, fixture("mixed"), ["id"], ctx())
 
-    expect_q, expect_e, expect_f, expect_rows = set(), set(), set(), 0
+    expect_q: set[int] = set()
+    expect_e: set[int] = set()
+    expect_f: set[int] = set()
+    expect_rows = 0
     for i, (kind, n) in enumerate(records):
         offset = 1000 + i
         if kind in ("malformed", "notobject", "reject", "raise", "nullkey"):
@@ -768,3 +771,86 @@ def test_every_record_is_emitted_quarantined_or_filtered_exactly_once(
         want = {"reject": "translate-reject", "raise": "translate-error", "nullkey": "key-null"}.get(kind)
         if want:
             assert stages[1000 + i] == want
+
+
+# -- orjson only accelerates JSON decoding, it never changes a result -------------------------
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal and of the same types all the way down (1 and 1.0 differ; NaN equals NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and a != a:
+        return b != b
+    return bool(a == b)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values, ensure_ascii=st.booleans(), noise=st.binary(max_size=3))
+def test_orjson_fast_path_agrees_with_the_stdlib(value: Any, ensure_ascii: bool, noise: bytes) -> None:
+    orjson = pytest.importorskip("orjson")
+    from rewind.translate.decode import _LONG_DIGITS
+
+    text = json.dumps(value, ensure_ascii=ensure_ascii).encode()
+    for raw in (text, text + noise, noise + text):
+        if _LONG_DIGITS(raw):
+            continue  # the decoder leaves these to the stdlib
+        try:
+            fast = orjson.loads(raw)
+        except Exception:
+            continue  # the decoder asks the stdlib again
+        assert same_value(fast, json.loads(raw.decode("utf-8"))), raw
+
+
+def test_json_decoding_is_the_same_with_and_without_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rewind.translate.decode as decode_module
+
+    tricky = [
+        js({"big": 2**64, "neg": -(2**63) - 1, "f": 1.5, "s": "\u00e9\ud83d\ude00"}),
+        b'{"n": NaN, "i": Infinity}',
+        b'{"s": "\\ud800"}',
+        b"\xef\xbb\xbf{}",
+        b'{"a": "\x01"}',
+        b'{"a": 1, "a": 2}',
+        b'{"a": 1} x',
+        b'  {"a": -0}  ',
+        b'{"id": "12345678901234567890123"}',
+    ]
+    batch = kafka_batch(tricky)
+    with_fast = JsonDecoder().decode(batch)
+    monkeypatch.setattr(decode_module, "_fast_json_loads", lambda: None)
+    stdlib = JsonDecoder().decode(batch)
+    assert with_fast.failures == stdlib.failures
+    pd.testing.assert_frame_equal(with_fast.events, stdlib.events)
+    for column in with_fast.events.columns:
+        for a, b in zip(with_fast.events[column], stdlib.events[column], strict=True):
+            assert (a is pd.NA and b is pd.NA) or same_value(a, b), (column, a, b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.none(), st.binary(max_size=30), st.text("0123456789x", max_size=30).map(str.encode))
+    )
+)
+def test_the_batch_digit_scan_never_misses_a_long_number(values: list[bytes | None]) -> None:
+    from rewind.translate.decode import _LONG_DIGITS, _has_long_digits
+
+    batch = pa.RecordBatch.from_pydict({"value": pa.array(values, type=pa.binary())})
+    if any(v is not None and _LONG_DIGITS(v) for v in values):
+        assert _has_long_digits(batch)
+    if _has_long_digits(batch):
+        assert _LONG_DIGITS(b"".join(v for v in values if v is not None))

@@ -18,6 +18,7 @@ import io
 import json
 import logging
 import os
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -177,6 +178,62 @@ def _describe(value: Any) -> str:
 
 # -- JSON -------------------------------------------------------------------------------------
 
+_STDLIB_JSON_DECODE = json.JSONDecoder().decode
+_NOT_PARSED = object()
+
+
+# orjson turns an integer beyond 64 bits into a float (silently losing digits) where the stdlib
+# keeps it exact; such a value has a run of at least 19 digits (-9223372036854775809 is the
+# shortest), so any value with one is left to the stdlib (a long digit run in a string or a
+# long fraction merely takes the slow path).
+_LONG_DIGITS = re.compile(rb"\d{19}").search
+
+
+def _never(raw: bytes) -> None:
+    return None
+
+
+def _has_long_digits(batch: pa.RecordBatch) -> bool:
+    """Whether any value of the batch may hold a run of 19 digits (NumPy over the data buffer).
+
+    The buffer holds the values back to back, so a run across two values is a false alarm
+    (the batch merely takes the per-value check), never a miss. Runs are found by doubling:
+    ``run[k]`` says "k digits start here"; about 20 ms for 17 MB, where a regex takes 300 ms.
+    """
+    buffers = batch.column("value").buffers()
+    data = buffers[2] if len(buffers) > 2 else None
+    if data is None or data.size < 19:
+        return False
+    raw = np.frombuffer(data, dtype=np.uint8)
+    run = np.subtract(raw, 48, dtype=np.uint8) < 10  # b"0".."9" (others wrap around to >= 10)
+    for shift in (1, 2, 4, 8):  # runs of 2, 4, 8, 16
+        run = run[:-shift] & run[shift:]
+        if not run.any():
+            return False
+    return bool((run[:-3] & run[3:]).any())  # 16 + 3 = 19
+
+
+def _fast_json_loads() -> Callable[[bytes], Any] | None:
+    """orjson's ``loads`` when installed (about 3x faster than the stdlib here), else None.
+
+    It only ever accelerates, never changes a result: a value orjson refuses is parsed again by
+    the stdlib (orjson refuses NaN, infinities, lone surrogates, a BOM, which the stdlib reads or
+    words differently), and values where orjson would lose integer digits never reach it. So
+    what is accepted, what it decodes to and every quarantine reason are the stdlib's, with or
+    without orjson installed.
+    """
+    try:
+        import orjson
+    except ImportError:
+        return None
+    return orjson.loads
+
+
+def _values(batch: pa.RecordBatch) -> list[bytes | None]:
+    """The value bytes as a list (via NumPy: about 4x faster than ``to_pylist`` for binaries)."""
+    return batch.column("value").to_numpy(zero_copy_only=False).tolist()
+
+
 _JSON_KINDS = {
     list: "a list",
     str: "a string",
@@ -330,30 +387,40 @@ class JsonDecoder(Decoder):
         skipped: list[int] = []
         rows: list[int] = []
         objs: list[dict[str, Any]] = []
-        loads = json.loads
+        fast = _fast_json_loads()
+        # one scan of the whole value buffer usually clears the batch; else check value by value
+        long_digits = _LONG_DIGITS if fast is not None and _has_long_digits(batch) else _never
+        decode_json = _STDLIB_JSON_DECODE
         quarantine_nulls = self.null_value == "quarantine"
-        for i, raw in enumerate(batch.column("value").to_pylist()):
+        for i, raw in enumerate(_values(batch)):
             if raw is None:
                 if quarantine_nulls:
                     failures.append(Failure(i, "decode", TOMBSTONE_REASON, "tombstone"))
                 else:
                     skipped.append(i)
                 continue
-            try:
-                obj = loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                failures.append(
-                    Failure(i, "decode", f"invalid UTF-8: {e.reason} at byte {e.start}", "invalid UTF-8")
-                )
-                continue
-            except json.JSONDecodeError as e:
-                failures.append(
-                    Failure(i, "decode", f"invalid JSON: {e.msg} at char {e.pos}", "invalid JSON")
-                )
-                continue
-            except RecursionError:
-                failures.append(Failure(i, "decode", "invalid JSON: nested too deeply", "invalid JSON"))
-                continue
+            obj = _NOT_PARSED
+            if fast is not None and not long_digits(raw):
+                try:
+                    obj = fast(raw)
+                except Exception:  # orjson is stricter than the stdlib in places: ask the stdlib
+                    obj = _NOT_PARSED
+            if obj is _NOT_PARSED:
+                try:
+                    obj = decode_json(raw.decode("utf-8"))
+                except UnicodeDecodeError as e:
+                    failures.append(
+                        Failure(i, "decode", f"invalid UTF-8: {e.reason} at byte {e.start}", "invalid UTF-8")
+                    )
+                    continue
+                except json.JSONDecodeError as e:
+                    failures.append(
+                        Failure(i, "decode", f"invalid JSON: {e.msg} at char {e.pos}", "invalid JSON")
+                    )
+                    continue
+                except RecursionError:
+                    failures.append(Failure(i, "decode", "invalid JSON: nested too deeply", "invalid JSON"))
+                    continue
             if type(obj) is not dict:
                 kind = _JSON_KINDS.get(type(obj), type(obj).__name__)
                 failures.append(
@@ -801,7 +868,7 @@ class AvroDecoder(Decoder):
         rows: list[int] = []
         records: list[dict[str, Any]] = []
         quarantine_nulls = self.null_value == "quarantine"
-        for i, raw in enumerate(batch.column("value").to_pylist()):
+        for i, raw in enumerate(_values(batch)):
             if raw is None:
                 if quarantine_nulls:
                     failures.append(Failure(i, "decode", TOMBSTONE_REASON, "tombstone"))

@@ -20,6 +20,7 @@ from rewind.translate.exceptions import OutputSchemaUnknown, TranslateLoadError,
 from rewind.translate.failures import Failure
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
 
@@ -106,8 +107,8 @@ def _exception_text(e: BaseException) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
 
 
-def _with_row_ids(frame: Any, inp: pd.DataFrame, what: str, fn_name: str) -> pd.DataFrame:
-    """``frame`` with an int64 ``_rewind_row`` column whose values all come from ``inp``."""
+def _with_row_ids(frame: Any, known: np.ndarray, what: str, fn_name: str) -> pd.DataFrame:
+    """``frame`` with an int64 ``_rewind_row`` column whose values are all ``known`` row ids."""
     import numpy as np
     import pandas as pd
 
@@ -140,7 +141,6 @@ def _with_row_ids(frame: Any, inp: pd.DataFrame, what: str, fn_name: str) -> pd.
             f"translate.function {fn_name}: its {what} have no {ROW} column and their index is not the "
             f"input's; keep {ROW} in the frames it returns (merges and reset_index drop the index)"
         )
-    known = inp[ROW].to_numpy(dtype=np.int64)
     unknown = values[~np.isin(values, known)]
     if len(unknown):
         raise TranslateOutputError(
@@ -150,7 +150,8 @@ def _with_row_ids(frame: Any, inp: pd.DataFrame, what: str, fn_name: str) -> pd.
     return frame
 
 
-def _normalise(out: Any, inp: pd.DataFrame, fn_name: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def _normalise(out: Any, known: np.ndarray, fn_name: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Rows and rejects of a translate result, checked against the ``known`` input row ids."""
     import pandas as pd
 
     if isinstance(out, TranslateResult):
@@ -167,9 +168,9 @@ def _normalise(out: Any, inp: pd.DataFrame, fn_name: str) -> tuple[pd.DataFrame,
             f"translate.function {fn_name} returned a {type(out).__name__}; expected a pandas DataFrame "
             "or a TranslateResult"
         )
-    rows = _with_row_ids(rows, inp, "rows", fn_name)
+    rows = _with_row_ids(rows, known, "rows", fn_name)
     if rejects is not None:
-        rejects = _with_row_ids(rejects, inp, "rejects", fn_name)
+        rejects = _with_row_ids(rejects, known, "rejects", fn_name)
         if "reason" not in rejects.columns:
             raise TranslateOutputError(
                 f"translate.function {fn_name}: its rejects have no 'reason' column; say why each record "
@@ -192,25 +193,34 @@ def _reject_failures(rejects: pd.DataFrame | None) -> list[Failure]:
 
 
 def apply_translate(
-    fn: Translator, events: pd.DataFrame, name: str | None = None
+    fn: Translator,
+    events: pd.DataFrame,
+    name: str | None = None,
+    retry_events: Callable[[], pd.DataFrame] | None = None,
 ) -> tuple[pd.DataFrame, list[Failure], list[Failure]]:
     """Run ``fn`` on a frame of events: ``(rows, rejects, errors)``.
 
     ``rows`` carry an int64 ``_rewind_row`` and hold no row of a rejected or failed record;
     ``rejects`` are failures with stage ``translate-reject`` (one per record); ``errors`` are the
     records on which ``fn`` raised even alone (stage ``translate-error``, the exception type and
-    message as reason). ``fn`` is called on a copy, so a function that changes its input in
-    place and then raises does not spoil the record-by-record retry.
+    message as reason).
+
+    A function may change its input in place and then raise; the record-by-record retry must
+    not see those changes. So ``fn`` gets a copy of ``events``, unless ``retry_events`` is
+    given: then ``fn`` gets ``events`` itself and a retry starts from ``retry_events()`` (the
+    batch decoded again), which saves a copy of every batch on the path that never raises.
 
     A result that breaks the contract (not a frame, rows without ``_rewind_row``, row ids that
     are not in the input) raises :class:`TranslateOutputError`: that is a bug in the function,
     not bad data, and it fails the task.
     """
+    import numpy as np
     import pandas as pd
 
     fn_name = name or describe(fn)
+    known = events[ROW].to_numpy(dtype=np.int64, copy=True)  # before fn can change the frame
     try:
-        out = fn(events.copy())
+        out = fn(events if retry_events is not None else events.copy())
     except MemoryError:
         raise
     except Exception as e:
@@ -223,8 +233,8 @@ def apply_translate(
             type(e).__name__,
             len(events),
         )
-        return _record_by_record(fn, events, fn_name)
-    rows, rejects_df = _normalise(out, events, fn_name)
+        return _record_by_record(fn, events if retry_events is None else retry_events(), fn_name)
+    rows, rejects_df = _normalise(out, known, fn_name)
     rejects = _reject_failures(rejects_df)
     if rejects:
         rows = rows[~rows[ROW].isin([f.row for f in rejects])]
@@ -240,6 +250,7 @@ def _empty_rows(events: pd.DataFrame) -> pd.DataFrame:
 def _record_by_record(
     fn: Translator, events: pd.DataFrame, fn_name: str
 ) -> tuple[pd.DataFrame, list[Failure], list[Failure]]:
+    import numpy as np
     import pandas as pd
 
     kept: list[pd.DataFrame] = []
@@ -255,7 +266,7 @@ def _record_by_record(
         except Exception as e:
             errors.append(Failure(int(row_id), "translate-error", _exception_text(e), type(e).__name__))
             continue
-        rows, rejects_df = _normalise(out, one, fn_name)
+        rows, rejects_df = _normalise(out, np.array([row_id], dtype=np.int64), fn_name)
         record_rejects = _reject_failures(rejects_df)
         if record_rejects:
             rejects.extend(record_rejects)
@@ -354,7 +365,7 @@ def infer_output_schema(
             f"translate.function {fn_name}: cannot learn its output columns: it raised "
             f"{_exception_text(e)} on an empty frame ({cols}); give translate.output_schema"
         ) from e
-    rows, _ = _normalise(out, frame, fn_name)
+    rows, _ = _normalise(out, frame[ROW].to_numpy(dtype="int64"), fn_name)
     names = user_columns(rows.columns)
     try:
         schema = pa.Schema.from_pandas(rows[names], preserve_index=False)

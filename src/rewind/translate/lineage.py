@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rewind.translate.columns import (
     EVENT_ID,
@@ -79,6 +80,18 @@ def event_ids(
     ]
 
 
+def partition_event_ids(
+    topic: str, partition: int, offsets: list[Any], ordinals: list[Any], transform: str, version: str
+) -> list[str]:
+    """:func:`event_ids` for rows that all come from one partition (a work unit's case)."""
+    sha = hashlib.sha256
+    head = f"{topic}/{partition}/"
+    middle = f"/{transform}/{version}/"
+    return [
+        sha(f"{head}{o}{middle}{k}".encode()).hexdigest()[:32] for o, k in zip(offsets, ordinals, strict=True)
+    ]
+
+
 def ordinals(row_ids: np.ndarray) -> np.ndarray:
     """For each row, how many earlier rows (in order) came from the same source record."""
     n = len(row_ids)
@@ -120,14 +133,18 @@ def lineage_arrays(
     partition = kafka_batch.column("partition").take(take)
     offset = kafka_batch.column("offset").take(take)
     timestamp = kafka_batch.column("timestamp").take(take)
-    ids = event_ids(
-        topic.to_pylist(),
-        partition.to_pylist(),
-        offset.to_pylist(),
-        ordinals(row_ids).tolist(),
-        transform,
-        version,
-    )
+    offsets = offset.to_numpy(zero_copy_only=False).tolist()
+    ranks = ordinals(row_ids).tolist()
+    if (
+        n
+        and topic.null_count == 0
+        and pc.count_distinct(topic).as_py() == 1
+        and pc.count_distinct(partition).as_py() == 1
+    ):
+        ids = partition_event_ids(topic[0].as_py(), partition[0].as_py(), offsets, ranks, transform, version)
+    else:
+        partitions = partition.to_numpy(zero_copy_only=False).tolist()
+        ids = event_ids(topic.to_pylist(), partitions, offsets, ranks, transform, version)
     return [
         pa.array(ids, type=pa.string()),
         topic.cast(pa.string()),

@@ -204,6 +204,7 @@ def process_batch(
     # 1. decode
     decoded = decoder.decode(batch)
     events = decoded.events
+    event_rows = events.index.to_numpy(dtype=np.int64, copy=True)  # before the translator can touch it
 
     # 2. translate
     if translator is None:
@@ -211,7 +212,9 @@ def process_batch(
         rejects: list[Failure] = []
         errors: list[Failure] = []
     else:
-        rows, rejects, errors = apply_translate(translator, events, translator_name)
+        rows, rejects, errors = apply_translate(
+            translator, events, translator_name, retry_events=lambda: decoder.decode(batch).events
+        )
 
     # 3. key columns
     if key_columns and len(rows):  # an empty frame may lack columns it would have had
@@ -226,14 +229,27 @@ def process_batch(
     if key_nulls:
         rows = rows[~rows[ROW].isin([f.row for f in key_nulls])]
 
-    # 4. account for every source record
+    # 4. account for every source record (masks over batch positions: O(n), no sorting)
     failures = sorted([*decoded.failures, *rejects, *errors, *key_nulls], key=lambda f: f.row)
     row_ids = rows[ROW].to_numpy(dtype=np.int64)
     quarantined = np.fromiter((f.row for f in failures), dtype=np.int64, count=len(failures))
-    emitted = np.unique(row_ids)
-    event_rows = events[ROW].to_numpy(dtype=np.int64)
-    dropped = np.setdiff1d(event_rows, np.concatenate([emitted, quarantined]), assume_unique=False)
-    filtered = np.concatenate([np.asarray(decoded.skipped, dtype=np.int64), dropped])
+    if len(row_ids) and (row_ids.min() < 0 or row_ids.max() >= n):
+        raise ConservationError(
+            ctx.unit_id,
+            records_read=n,
+            emitted=0,
+            quarantined=len(failures),
+            filtered=0,
+            detail="output rows point outside the batch",
+        )
+    emitted_mask = np.zeros(n, dtype=bool)
+    emitted_mask[row_ids] = True
+    emitted = np.flatnonzero(emitted_mask)
+    undecided = np.zeros(n, dtype=bool)
+    undecided[event_rows] = True
+    undecided &= ~emitted_mask
+    undecided[quarantined[(quarantined >= 0) & (quarantined < n)]] = False
+    filtered = np.concatenate([np.asarray(decoded.skipped, dtype=np.int64), np.flatnonzero(undecided)])
     counts = BatchCounts(
         records_read=n,
         emitted=len(emitted),
