@@ -854,3 +854,67 @@ def test_the_batch_digit_scan_never_misses_a_long_number(values: list[bytes | No
         assert _has_long_digits(batch)
     if _has_long_digits(batch):
         assert _LONG_DIGITS(b"".join(v for v in values if v is not None))
+
+
+def test_the_retry_isolates_a_bad_record_in_few_calls() -> None:
+    calls = []
+
+    def picky(df: pd.DataFrame) -> pd.DataFrame:
+        calls.append(len(df))
+        if (df["order_id"] == 777).any():
+            raise ValueError("777 is cursed")
+        return df
+
+    events = events_of([order(i) for i in range(2000)])
+    rows, _, errors = apply_translate(picky, events)
+    assert [e.row for e in errors] == [777]
+    assert rows[ROW].tolist() == [i for i in range(2000) if i != 777]  # input order kept
+    assert len(calls) <= 1 + 2 * 11
+
+
+def test_decoders_survive_pickling_after_use(schema_dir: Path, registry_url: str) -> None:
+    """Decoders are built on the driver (plan-time gates use them) and shipped to Spark tasks."""
+    import pickle
+
+    avro = confluent(1, V1, {"order_id": 1, "amount": 2.5})
+    registry = AvroDecoder(
+        RegistrySchemaSource(registry_url, subject="orders-value", config={"max.retries": 0})
+    )
+    cases: list[tuple[Decoder, bytes]] = [
+        (JsonDecoder(schema={"order_id": "long"}), order(1)),
+        (RawDecoder(), b"raw"),
+        (AvroDecoder(LocalSchemaSource(schema_dir)), avro),
+        (registry, avro),
+    ]
+    for decoder, value in cases:
+        batch = kafka_batch([value])
+        before = decoder.decode(batch).events
+        copy = pickle.loads(pickle.dumps(decoder))
+        pd.testing.assert_frame_equal(copy.decode(batch).events, before)
+
+
+def test_reason_counters_are_bounded() -> None:
+    from rewind.translate.process import MAX_REASON_KEYS, OTHER_REASONS
+
+    def reject_all(df: pd.DataFrame) -> Any:
+        from rewind.translate import TranslateResult
+
+        reasons = "order " + df["order_id"].astype(str) + " is odd"
+        return TranslateResult(rows=df.iloc[0:0], rejects=df[[ROW]].assign(reason=reasons))
+
+    out = process_batch(kafka_batch([order(i) for i in range(150)]), JsonDecoder(), reject_all, [], ctx())
+    assert len(out.counts.reasons) == MAX_REASON_KEYS + 1
+    assert out.counts.reasons[OTHER_REASONS] == 150 - MAX_REASON_KEYS
+    assert (
+        out.quarantine.column("reason").to_pylist()[120] == "order 120 is odd"
+    )  # the table keeps every reason
+
+
+def test_a_chunked_table_is_processed_like_one_batch() -> None:
+    batch = kafka_batch([order(1), b"bad", order(2), order(3)])
+    table = pa.Table.from_batches([batch.slice(0, 2), batch.slice(2)])
+    assert table.column("value").num_chunks == 2
+    from_table = process_batch(table, JsonDecoder(), None, [], ctx())
+    from_batch = process_batch(batch, JsonDecoder(), None, [], ctx())
+    assert from_table.rows.equals(from_batch.rows) and from_table.quarantine.equals(from_batch.quarantine)
+    assert from_table.counts == from_batch.counts

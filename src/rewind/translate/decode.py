@@ -9,7 +9,8 @@ the caller counts as filtered. Problems that are not about one record (a missing
 folder, an unreachable registry) raise and fail the task.
 
 Columns are built once per batch from Python lists (one comprehension per column), never by
-appending rows: this loop is what bounds a task's decode rate.
+appending rows: this loop is what bounds a task's decode rate. JSON is parsed by orjson when it
+is installed and by the stdlib otherwise, with identical results (see ``_fast_json_loads``).
 """
 
 from __future__ import annotations
@@ -198,7 +199,8 @@ def _has_long_digits(batch: pa.RecordBatch) -> bool:
 
     The buffer holds the values back to back, so a run across two values is a false alarm
     (the batch merely takes the per-value check), never a miss. Runs are found by doubling:
-    ``run[k]`` says "k digits start here"; about 20 ms for 17 MB, where a regex takes 300 ms.
+    after the step for k, ``run[i]`` says the k bytes from i are all digits; about 20 ms for
+    17 MB, where a regex takes 300 ms.
     """
     buffers = batch.column("value").buffers()
     data = buffers[2] if len(buffers) > 2 else None

@@ -3,8 +3,8 @@
 The contract (docs/design-backfill.md): the function gets a pandas frame of decoded events,
 one row per source record, and returns a frame of output rows that each carry the
 ``_rewind_row`` of their source record, or a :class:`TranslateResult` with explicit rejects.
-A record the function raises on is quarantined (stage ``translate-error``) after a
-record-by-record retry; the rest of the batch goes through.
+A record the function raises on is quarantined (stage ``translate-error``) after a retry
+that isolates it (halves, down to single records); the rest of the batch goes through.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def apply_translate(
     records on which ``fn`` raised even alone (stage ``translate-error``, the exception type and
     message as reason).
 
-    A function may change its input in place and then raise; the record-by-record retry must
+    A function may change its input in place and then raise; the retry must
     not see those changes. So ``fn`` gets a copy of ``events``, unless ``retry_events`` is
     given: then ``fn`` gets ``events`` itself and a retry starts from ``retry_events()`` (the
     batch decoded again), which saves a copy of every batch on the path that never raises.
@@ -228,7 +228,7 @@ def apply_translate(
             log.debug("translate %s raised on an empty frame: %s", fn_name, _exception_text(e))
             return _empty_rows(events), [], []
         log.info(
-            "translate %s raised %s on a batch of %d records; retrying record by record",
+            "translate %s raised %s on a batch of %d records; retrying in parts down to single records",
             fn_name,
             type(e).__name__,
             len(events),
@@ -250,34 +250,54 @@ def _empty_rows(events: pd.DataFrame) -> pd.DataFrame:
 def _record_by_record(
     fn: Translator, events: pd.DataFrame, fn_name: str
 ) -> tuple[pd.DataFrame, list[Failure], list[Failure]]:
+    """Retry a batch ``fn`` raised on until every record either went through or raised alone.
+
+    The batch is split in halves, and a half that raises is split again, down to single
+    records. For a function that treats records independently this is exactly "record by
+    record" (a record is quarantined iff ``fn`` raises on it alone), but it costs about
+    2·k·log2(n/k) calls for k bad records among n instead of n calls: one bad record in a
+    100,000-record batch is found in ~35 calls, not 100,000.
+    """
     import numpy as np
     import pandas as pd
 
     kept: list[pd.DataFrame] = []
     rejects: list[Failure] = []
     errors: list[Failure] = []
-    row_ids = events[ROW].tolist()
-    for pos, row_id in enumerate(row_ids):
-        one = events.iloc[pos : pos + 1]
+    calls = 0
+    pending: list[tuple[int, int]] = [(len(events) // 2, len(events)), (0, len(events) // 2)]
+    while pending:  # depth first, first half first: rows keep the input's order
+        start, stop = pending.pop()
+        if start >= stop:
+            continue
+        part = events.iloc[start:stop]
+        calls += 1
         try:
-            out = fn(one.copy())
+            out = fn(part.copy())
         except MemoryError:
             raise
         except Exception as e:
-            errors.append(Failure(int(row_id), "translate-error", _exception_text(e), type(e).__name__))
+            if stop - start == 1:
+                row_id = int(part[ROW].iat[0])
+                errors.append(Failure(row_id, "translate-error", _exception_text(e), type(e).__name__))
+            else:
+                mid = (start + stop) // 2
+                pending.extend([(mid, stop), (start, mid)])
             continue
-        rows, rejects_df = _normalise(out, np.array([row_id], dtype=np.int64), fn_name)
-        record_rejects = _reject_failures(rejects_df)
-        if record_rejects:
-            rejects.extend(record_rejects)
-        elif len(rows):
+        rows, rejects_df = _normalise(out, part[ROW].to_numpy(dtype=np.int64), fn_name)
+        part_rejects = _reject_failures(rejects_df)
+        if part_rejects:
+            rejects.extend(part_rejects)
+            rows = rows[~rows[ROW].isin([f.row for f in part_rejects])]
+        if len(rows):
             kept.append(rows)
     if errors:
         log.warning(
-            "translate %s raised on %d of %d records (first: %s)",
+            "translate %s raised on %d of %d records (%d calls to isolate them; first: %s)",
             fn_name,
             len(errors),
             len(events),
+            calls,
             errors[0].reason,
         )
     if not kept:

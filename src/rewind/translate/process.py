@@ -39,7 +39,12 @@ OTHER_REASONS = "other reasons"
 
 @dataclass(frozen=True, slots=True)
 class ProcessContext:
-    """What the lineage and quarantine rows of a unit carry besides the data."""
+    """What the lineage and quarantine rows of a unit carry besides the data.
+
+    ``extracted_at`` is when the unit was read: every output row of the attempt gets it as
+    ``_rewind_extracted_at`` and every quarantine row as ``at``, so re-processing the same
+    batch in the same attempt gives identical tables.
+    """
 
     run_id: str
     unit_id: str
