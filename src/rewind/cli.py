@@ -347,6 +347,33 @@ def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: Json
     Output(json_out).result(data, render)
 
 
+@app.command()
+@command
+def promote(
+    run_id: Annotated[str, typer.Argument(help="The run whose staging becomes live.")],
+    json_out: JsonOpt = False,
+    force: Annotated[bool, typer.Option(help="Override failed gates (needs --reason).")] = False,
+    reason: Annotated[str | None, typer.Option(help="Why the gates are overridden (recorded).")] = None,
+) -> None:
+    """Swap the verified staging in atomically; refused unless the gates pass."""
+    from rewind.job.publish import promote_run
+
+    data = promote_run(_settings(), run_id, force=force, reason=reason)
+    Output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} promoted: {d['swap']}"))
+
+
+@app.command()
+@command
+def rollback(
+    run_id: Annotated[str, typer.Argument(help="The promoted run to undo.")], json_out: JsonOpt = False
+) -> None:
+    """Restore what the target held before the run's promotion."""
+    from rewind.job.publish import rollback_run
+
+    data = rollback_run(_settings(), run_id)
+    Output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} rolled back: {d['swap']}"))
+
+
 @app.command("config")
 @command
 def show_config(json_out: JsonOpt = False) -> None:
