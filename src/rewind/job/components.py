@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rewind.errors import ConfigError
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from rewind.config import Settings
-    from rewind.sinks.iceberg import IcebergSink
+    from rewind.sinks.base import StagingSink
     from rewind.spec import Decode, JobSpec, Translate
     from rewind.translate.decode import Decoder
 
@@ -63,7 +63,7 @@ def make_decoder(decode: Decode) -> Decoder:
     )
 
     if decode.format == "json":
-        return JsonDecoder(decode.schema_, decode.null_value)
+        return JsonDecoder(decode.schema_, cast(Any, decode.null_value or "quarantine"))
     if decode.format == "raw":
         return RawDecoder()
     if decode.schema_dir:
@@ -73,7 +73,7 @@ def make_decoder(decode: Decode) -> Decoder:
         source = RegistrySchemaSource(decode.registry_url, subject=decode.subject)
     else:
         raise ConfigError("decode: avro needs registry_url or schema_dir")
-    return AvroDecoder(source, null_value=decode.null_value)
+    return AvroDecoder(source, null_value=cast(Any, decode.null_value or "quarantine"))
 
 
 def make_translator(translate: Translate) -> Callable[..., Any] | None:
@@ -101,7 +101,7 @@ def declared_output_schema(translate: Translate) -> pa.Schema | None:
     return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in translate.output_schema.items()])
 
 
-def make_sink(settings: Settings, spec: JobSpec) -> IcebergSink:
+def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
     """The staging sink of a spec. Only Iceberg runs jobs so far; the others say so."""
     from rewind.catalog import load_catalog
     from rewind.sinks.iceberg import IcebergSink

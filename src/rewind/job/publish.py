@@ -44,20 +44,19 @@ def _gates(ledger: Ledger, run_id: str) -> list[str]:
 def _sink_and_staging(settings: Settings, ledger: Ledger, run_id: str) -> tuple[Any, Any]:
     from rewind.job.components import make_sink
     from rewind.job.service import load_plan
-    from rewind.sinks.iceberg import IcebergStaging
 
     run = ledger.get_run(run_id)
     if not run.staging:
         raise RewindError(f"run {run_id} has no staging recorded; nothing to promote")
     plan = load_plan(ledger, run.plan_id)
-    return make_sink(settings, plan.job_spec()), IcebergStaging.from_dict(run.staging)
+    sink = make_sink(settings, plan.job_spec())
+    return sink, sink.staging_from_dict(run.staging)
 
 
 def promote_run(
     settings: Settings, run_id: str, force: bool = False, reason: str | None = None
 ) -> dict[str, Any]:
     from rewind.job.service import _ledger
-    from rewind.sinks.iceberg_publish import promote
 
     if force and not (reason and reason.strip()):
         raise PromotionRefused('--force needs --reason "why": the reason is recorded with the promotion')
@@ -65,7 +64,7 @@ def promote_run(
         run = ledger.get_run(run_id)
         if run.state == "promoted":
             sink, staging = _sink_and_staging(settings, ledger, run_id)
-            swap = promote(sink, staging)
+            swap = sink.promote(staging)
             return {"run_id": run_id, "state": "promoted", "swap": swap.to_dict(), "already_promoted": True}
         failed = _gates(ledger, run_id)
         if failed and not force:
@@ -78,7 +77,7 @@ def promote_run(
             raise PromotionRefused(
                 f"target {sink.target} is held by run {live.holder}; wait for it to finish"
             )
-        swap = promote(sink, staging)
+        swap = sink.promote(staging)
         ledger.set_state(run_id, "promoted")
         ledger.audit(
             run_id,
@@ -96,7 +95,6 @@ def promote_run(
 
 def rollback_run(settings: Settings, run_id: str) -> dict[str, Any]:
     from rewind.job.service import _ledger
-    from rewind.sinks.iceberg_publish import rollback
 
     with _ledger(settings) as ledger:
         run = ledger.get_run(run_id)
@@ -104,7 +102,7 @@ def rollback_run(settings: Settings, run_id: str) -> dict[str, Any]:
         if not promotions:
             raise RewindError(f"run {run_id} was never promoted; nothing to roll back")
         sink, staging = _sink_and_staging(settings, ledger, run_id)
-        swap = rollback(sink, staging, promotions[-1].details)
+        swap = sink.rollback(staging, promotions[-1].details)
         if run.state == "promoted":
             ledger.set_state(run_id, "rolled_back")
             ledger.audit(run_id, "rollback", swap.to_dict())

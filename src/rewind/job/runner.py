@@ -2,9 +2,10 @@
 
 Steps of a run, in order (the code below follows them one by one):
 
-1. record the run in the ledger (or, on resume, move it back to ``running``);
-2. take the lease on the staging target, heartbeated for the whole run: a second run
-   against the same target is refused, a crashed holder's lease expires;
+1. take the lease on the staging target, heartbeated for the whole run: a second run
+   against the same target is refused, a crashed holder's lease expires; a refused run is
+   left as it was (another process may be running it), only a new run is marked failed;
+2. record the run as ``running`` in the ledger (on resume, move it back to ``running``);
 3. prepare staging (an Iceberg branch or staging table) and the quarantine table;
 4. reconcile: units whose output the sink already holds are marked done in the ledger
    with the counts stored in the commit (a kill between commit and ledger update loses
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
     from rewind.ledger import Ledger
+    from rewind.sinks.base import Staging, StagingSink
     from rewind.sinks.iceberg import IcebergSink, IcebergStaging
 
 log = logging.getLogger(__name__)
@@ -124,15 +126,16 @@ def execute(
 ) -> RunOutcome:
     """Run (or resume) ``run_id`` of ``plan`` to the end. See the module docstring for the steps."""
     from rewind.job.components import make_sink, quarantine_table
+    from rewind.ledger import LeaseHeld
 
     spec = plan.job_spec()
     sink = make_sink(settings, spec)
     started = time.monotonic()
-    # 1. the run is running
-    ledger.set_state(run_id, "running")
     try:
-        # 2. the lease on the staging target, for the whole run
+        # 1. the lease on the staging target, for the whole run
         with ledger.keeper(sink.target, run_id, spec.run.lease_ttl_s) as keeper:
+            # 2. the run is running (only now: a refused resume must not touch a live run)
+            ledger.set_state(run_id, "running")
             # 3. staging and quarantine
             schema = plan.output_schema()
             staging = sink.prepare(run_id, schema)
@@ -182,6 +185,11 @@ def execute(
                 len(plan.units),
                 waves,
             )
+    except LeaseHeld as exc:
+        # nothing ran; a new run fails, a run another process holds is not ours to change
+        if ledger.get_run(run_id).state == "planned":
+            ledger.set_state(run_id, "failed", error=_one_line(exc))
+        raise
     except KeyboardInterrupt:
         ledger.set_state(run_id, "interrupted", error="interrupted (Ctrl-C); `rewind resume` continues")
         raise
@@ -237,7 +245,7 @@ def _quarantine(settings: Settings, table: str, run_id: str) -> tuple[IcebergSin
     return IcebergSink(catalog, table), IcebergStaging(f"iceberg:{table}", table, None, None, False)
 
 
-def _reconcile(ledger: Ledger, sink: IcebergSink, staging: IcebergStaging, run_id: str) -> None:
+def _reconcile(ledger: Ledger, sink: StagingSink[Any], staging: Staging, run_id: str) -> None:
     """Step 4: units committed in the sink but not done in the ledger become done."""
     from rewind.ledger.models import UnitResult
 
@@ -270,8 +278,8 @@ def _run_wave(
     plan: JobPlan,
     run_id: str,
     wave: list[WorkUnit],
-    sink: IcebergSink,
-    staging: IcebergStaging,
+    sink: StagingSink[Any],
+    staging: Staging,
     qsink: IcebergSink,
     qstaging: IcebergStaging,
     done_q: set[str],
@@ -295,8 +303,9 @@ def _run_wave(
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
     )
+    spark = session(settings)  # before arming: the kill must land in the job, not in Spark's start
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
-    outputs = run_wave(session(settings), ctx)
+    outputs = run_wave(spark, ctx)
     bad = [o for o in outputs.values() if not o.counts.conserved]
     if bad:
         c = bad[0].counts

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
+    from rewind.sinks.base import Swap
+
 log = logging.getLogger(__name__)
 
 RUN_PROPERTY = "rewind.run-id"
@@ -218,6 +220,21 @@ class IcebergSink:
         table = self._load(staging.table)
         head = table.snapshot_by_name(branch) if table is not None else None
         return head.snapshot_id if head is not None else None
+
+    def staging_from_dict(self, data: dict[str, Any]) -> IcebergStaging:
+        return IcebergStaging.from_dict(data)
+
+    # -- publishing -----------------------------------------------------------------------
+
+    def promote(self, staging: IcebergStaging) -> Swap:
+        from rewind.sinks.iceberg_publish import promote
+
+        return promote(self, staging)
+
+    def rollback(self, staging: IcebergStaging, promoted: dict[str, Any]) -> Swap:
+        from rewind.sinks.iceberg_publish import rollback
+
+        return rollback(self, staging, promoted)
 
     # -- reading --------------------------------------------------------------------------
 

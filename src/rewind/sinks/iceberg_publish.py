@@ -13,33 +13,13 @@ already holds the wanted state and only record it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rewind.sinks.base import Swap
 from rewind.sinks.iceberg import IcebergSink, IcebergSinkError, IcebergStaging
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
-
-
-@dataclass(frozen=True)
-class Swap:
-    """What a promotion or rollback changed: recorded in the ledger's audit."""
-
-    target: str
-    action: str
-    before: Any
-    after: Any
-    already_done: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "action": self.action,
-            "before": self.before,
-            "after": self.after,
-            "already_done": self.already_done,
-        }
 
 
 def _main_id(table: Table) -> int | None:
