@@ -102,16 +102,22 @@ def declared_output_schema(translate: Translate) -> pa.Schema | None:
 
 
 def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
-    """The staging sink of a spec. Only Iceberg runs jobs so far; the others say so."""
+    """The staging sink of a spec (each kind imported only when used)."""
     from rewind.catalog import load_catalog
-    from rewind.sinks.iceberg import IcebergSink
 
     if spec.sink.iceberg is not None:
+        from rewind.sinks.iceberg import IcebergSink
+
         return IcebergSink(load_catalog(settings), spec.sink.iceberg.table, spec.sink.iceberg.mode)
-    raise ConfigError(
-        f"sink.{spec.sink.kind}: running jobs into a {spec.sink.kind} sink is not available yet; "
-        "use sink.iceberg"
-    )
+    if spec.sink.postgres is not None:
+        from rewind.sinks.postgres import PostgresSink
+
+        return PostgresSink.from_spec(settings, spec)
+    if spec.sink.kafka is not None:
+        from rewind.sinks.kafka_topic import KafkaTopicSink
+
+        return KafkaTopicSink.from_spec(settings, spec)
+    raise ConfigError(f"sink.{spec.sink.kind}: no such sink")
 
 
 def quarantine_table(spec: JobSpec) -> str:
