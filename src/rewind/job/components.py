@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from rewind.errors import ConfigError
@@ -108,7 +109,8 @@ def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
     if spec.sink.iceberg is not None:
         from rewind.sinks.iceberg import IcebergSink
 
-        return IcebergSink(load_catalog(settings), spec.sink.iceberg.table, spec.sink.iceberg.mode)
+        ice = spec.sink.iceberg
+        return IcebergSink(load_catalog(settings), ice.table, ice.mode, ice.window_column, _time_window(spec))
     if spec.sink.postgres is not None:
         from rewind.sinks.postgres import PostgresSink
 
@@ -118,6 +120,17 @@ def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
 
         return KafkaTopicSink.from_spec(settings, spec)
     raise ConfigError(f"sink.{spec.sink.kind}: no such sink")
+
+
+def _time_window(spec: JobSpec) -> tuple[datetime, datetime] | None:
+    """The source window as times, when both ends are times (replace-window needs them)."""
+    kafka = spec.source.kafka
+    if kafka is None:
+        return None
+    lo, hi = kafka.from_, kafka.to
+    if isinstance(lo, datetime) and isinstance(hi, datetime):
+        return lo, hi
+    return None
 
 
 def quarantine_table(spec: JobSpec) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
@@ -84,11 +85,20 @@ class IcebergSink:
 
     kind = "iceberg"
 
-    def __init__(self, catalog: Catalog, table: str, mode: str = "append") -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        table: str,
+        mode: str = "append",
+        window_column: str | None = None,
+        window: tuple[datetime, datetime] | None = None,
+    ) -> None:
         _split(table)
         self.catalog = catalog
         self.table_name = table
         self.mode = mode
+        self.window_column = window_column
+        self.window = window
 
     @property
     def target(self) -> str:
@@ -118,6 +128,22 @@ class IcebergSink:
                 )
             return f"{self.table_name} does not exist: a staging table will be created for a new read model"
         _check_compatible(self.table_name, target, schema)
+        if self.mode == "replace-window":
+            column = self.window_column or ""
+            if self.window is None:
+                raise IcebergSinkError(
+                    "sink.iceberg.mode replace-window needs a time window: "
+                    "give source.kafka.from and .to as times"
+                )
+            if column not in {f.name for f in target.schema().fields}:
+                raise IcebergSinkError(
+                    f"sink.iceberg.window_column {column!r} is not a column of {self.table_name}"
+                )
+            lo, hi = self.window
+            return (
+                f"{self.table_name} exists: staged on a branch where rows with {column} in "
+                f"[{lo.isoformat()}, {hi.isoformat()}) are replaced"
+            )
         return f"{self.table_name} exists: output is staged on a branch of it"
 
     # -- staging --------------------------------------------------------------------------
@@ -140,11 +166,32 @@ class IcebergSink:
             if main is not None:
                 target.manage_snapshots().create_branch(main.snapshot_id, branch).commit()
             base = main.snapshot_id if main is not None else None
+            if self.mode == "replace-window" and main is not None:
+                self._clear_window(branch, run_id)
         else:
             # resume: the base is the main snapshot the branch was cut from (its oldest ancestor
             # not written by this run)
             base = self._base_of(target, branch, run_id)
+            head = target.snapshot_by_name(branch)
+            if self.mode == "replace-window" and head is not None and head.snapshot_id == base:
+                self._clear_window(branch, run_id)  # killed between cutting the branch and clearing
         return IcebergStaging(self.target, self.table_name, branch, base, False)
+
+    def _clear_window(self, branch: str, run_id: str) -> None:
+        """Delete the repaired window's rows on the staging branch (copy-on-write), once.
+
+        The delete is its own commit on the branch, marked with the run id and no units, so
+        promotion swaps in "target minus the window plus the new rows" in one step. A crash
+        right after cutting the branch and before this commit is caught on resume: the
+        branch then has no run commit at all and the window is cleared again.
+        """
+        assert self.window is not None and self.window_column
+        table = self._load(self.table_name)
+        assert table is not None
+        lo, hi = self.window
+        column = self.window_column
+        condition = f"{column} >= '{lo.isoformat()}' AND {column} < '{hi.isoformat()}'"
+        table.delete(condition, snapshot_properties={RUN_PROPERTY: run_id, UNITS_PROPERTY: ""}, branch=branch)
 
     def _base_of(self, table: Table, branch: str, run_id: str) -> int | None:
         for snap in self._ancestors(table, branch):
