@@ -908,32 +908,38 @@ def _check_named(spec: BoundSpec, partitions: list[TP]) -> None:
 
 
 def _list_offsets(
-    conf: dict[str, Any], specs: dict[str, dict[TP, Any]], timeout_s: float
+    conf: dict[str, Any], specs: dict[str, dict[TP, int]], timeout_s: float
 ) -> dict[str, dict[TP, int]]:
-    """ListOffsets for several specs at once (one batched request per spec, all concurrent)."""
-    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+    """ListOffsets for several specs, one batched request per spec.
 
-    admin = clients.admin(conf)
-    futures = {
-        name: admin.list_offsets(
-            {TopicPartition(t, p): spec for (t, p), spec in wanted.items()},
-            isolation_level=IsolationLevel.READ_UNCOMMITTED,
-            request_timeout=timeout_s,
-        )
-        for name, wanted in specs.items()
-        if wanted
-    }
+    Each spec maps partitions to a ListOffsets timestamp: -2 (earliest), -1 (latest) or
+    milliseconds. It goes through a consumer's ``offsets_for_times``, which sends the
+    timestamps as given, rather than ``AdminClient.list_offsets``: that call crashed the
+    whole process (a segfault inside confluent-kafka 2.16.1) under memory pressure here.
+    """
+    from confluent_kafka import KafkaException, TopicPartition
+
     out: dict[str, dict[TP, int]] = {name: {} for name in specs}
-    for name, by_tp in futures.items():
-        for tp, future in by_tp.items():
+    consumer = clients.private_consumer(conf, "list-offsets", **{"isolation.level": "read_uncommitted"})
+    try:
+        for name, wanted in specs.items():
+            if not wanted:
+                continue
+            request = [TopicPartition(t, p, ts) for (t, p), ts in sorted(wanted.items())]
             try:
-                out[name][(tp.topic, tp.partition)] = future.result(timeout=timeout_s).offset
+                answers = consumer.offsets_for_times(request, timeout=timeout_s)
             except KafkaException as exc:
-                raise PlanError(
-                    f"ListOffsets ({name}) failed on {tp.topic}/{tp.partition}: {exc.args[0].str()}",
-                    topic=tp.topic,
-                    partition=tp.partition,
-                ) from exc
+                raise PlanError(f"ListOffsets ({name}) failed: {exc.args[0].str()}") from exc
+            for tp in answers:
+                if tp.error is not None:
+                    raise PlanError(
+                        f"ListOffsets ({name}) failed on {tp.topic}/{tp.partition}: {tp.error.str()}",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                    )
+                out[name][(tp.topic, tp.partition)] = tp.offset
+    finally:
+        consumer.close()
     return out
 
 
@@ -953,7 +959,6 @@ def resolve(
     policies of the module docstring, per partition. Reads nothing else and changes nothing.
     """
     from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import OffsetSpec
 
     metadata = clients.cluster_metadata(conf, timeout_s)
     partitions, plan_notes = _requested_partitions(request, metadata)
@@ -978,10 +983,10 @@ def resolve(
     listed = _list_offsets(
         conf,
         {
-            "earliest": dict.fromkeys(partitions, OffsetSpec.earliest()),
-            "latest": dict.fromkeys(partitions, OffsetSpec.latest()),
-            "start": {tp: OffsetSpec.for_timestamp(ms) for tp, ms in start_times.items()},
-            "end": {tp: OffsetSpec.for_timestamp(ms) for tp, ms in end_times.items()},
+            "earliest": dict.fromkeys(partitions, EARLIEST),
+            "latest": dict.fromkeys(partitions, LATEST),
+            "start": dict(start_times),
+            "end": dict(end_times),
         },
         timeout_s,
     )
