@@ -5,11 +5,13 @@ Nothing is written anywhere but the ledger's plan table. Steps, in order:
 1. resolve the window into per-partition ranges (:func:`rewind.kafka.offsets.resolve`, which
    checks every broker answer) and cut them into work units of ``run.work_unit_records``;
 2. read a small sample (the first records of up to 8 units) with a bare consumer: it
-   measures the read rate and record size, and runs decode and translate on real data;
+   measures the read rate and record size, and runs decode and translate on real data
+   (under ``guards.max_records_per_second``: one second's worth of the guard, at its pace);
 3. learn the output schema (``translate.output_schema``, else the function on an empty
    frame, else the sample's output) and add the lineage columns;
 4. check the gates: sink reachable and compatible, translate importable, output schema
-   known, key columns present, no data below the log start, ``guards.max_records``.
+   known, key columns present, no data below the log start, ``guards.max_records`` and
+   ``guards.max_bytes`` (on the size estimated from the sample).
 
 The plan id is a digest of the spec's fingerprint and the units, so planning the same spec
 against the same log gives the same id; the measured estimates are kept but not hashed.
@@ -205,6 +207,8 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
     from rewind.spark.job_stage import schema_to_b64
 
     estimates = _estimates(spec, offsets, sample_gate_facts)
+    if spec.guards.max_bytes is not None:
+        gates.append(_bytes_gate(spec.guards.max_bytes, estimates.get("estimated_bytes")))
     fingerprint = spec.fingerprint()
     return JobPlan(
         plan_id=plan_id_of(fingerprint, units),
@@ -239,11 +243,15 @@ def _load_translator(spec: JobSpec) -> tuple[Any, Gate]:
 def _sample(
     conf: dict[str, Any], units: tuple[WorkUnit, ...], spec: JobSpec, translator: Any
 ) -> tuple[Any, dict[str, Any]]:
-    """Read up to SAMPLE_RECORDS from the first units (one per partition) and process them."""
+    """Read up to SAMPLE_RECORDS from the first units (one per partition) and process them.
+
+    Under ``guards.max_records_per_second`` the sample is part of the job: at most one
+    second's worth of the guard, read at the guard's pace.
+    """
     import pyarrow as pa
 
     from rewind.kafka.ranges import OffsetRange
-    from rewind.spark.kafka_fetch import fetch_ranges
+    from rewind.spark.kafka_fetch import BATCH_MESSAGES, fetch_ranges
 
     firsts: dict[tuple[str, int], WorkUnit] = {}
     for unit in units:
@@ -251,10 +259,17 @@ def _sample(
     picked = list(firsts.values())[:8]
     if not picked:
         return None, {"sample_records": 0}
-    per = max(1, SAMPLE_RECORDS // len(picked))
+    budget, pacer, batch = SAMPLE_RECORDS, None, BATCH_MESSAGES
+    rate = spec.guards.max_records_per_second
+    if rate:
+        from rewind.spark.ratelimit import LocalPacer, RateLimit
+
+        budget = min(SAMPLE_RECORDS, max(len(picked), int(rate)))
+        pacer, batch = LocalPacer(RateLimit(rate)), max(1, min(BATCH_MESSAGES, int(rate / 20)))
+    per = max(1, budget // len(picked))
     ranges = [OffsetRange(u.topic, u.partition, u.start, min(u.end, u.start + per)) for u in picked]
     t0 = time.monotonic()
-    batches = list(fetch_ranges(conf, ranges, poll_timeout_s=30))
+    batches = list(fetch_ranges(conf, ranges, poll_timeout_s=30, batch_messages=batch, pacer=pacer))
     seconds = time.monotonic() - t0
     table = pa.Table.from_batches(batches) if batches else None
     facts: dict[str, Any] = {
@@ -332,6 +347,19 @@ def _sink_gate(settings: Settings, spec: JobSpec, schema: pa.Schema) -> Gate:
         return Gate("sink", True, sink.check(schema))
     except RewindError as exc:
         return Gate("sink", False, str(exc))
+
+
+def _bytes_gate(limit: int, estimated: int | None) -> Gate:
+    if estimated is None:
+        return Gate("max-bytes", True, "no sample to estimate the size from (the window holds no record)")
+    if estimated > limit:
+        return Gate(
+            "max-bytes",
+            False,
+            f"the window is estimated at {estimated} bytes, more than guards.max_bytes={limit}; "
+            "narrow the window or raise the guard",
+        )
+    return Gate("max-bytes", True, f"about {estimated} bytes")
 
 
 def _estimates(spec: JobSpec, offsets: int, facts: dict[str, Any]) -> dict[str, Any]:
