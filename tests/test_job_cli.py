@@ -1,0 +1,223 @@
+"""The job commands as a user runs them: ``rewind plan|run|resume|show|runs`` in child processes.
+
+Only one child starts Spark (``rewind run``); it also serves Prometheus metrics, scraped
+while the run is between its two waves. The others answer in about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rewind.config import Settings, load_settings
+from tests import job_fixtures as jf
+from tests.conftest import free_port
+from tests.kafka_util import create_topic
+
+REPO = Path(__file__).resolve().parents[1]
+REWIND = str(REPO / ".venv/bin/rewind")
+PARTITIONS = 2
+RECORDS = 2400
+UNIT_RECORDS = 200  # 12 units: `rewind run` does 8 per wave, so two waves
+
+
+@dataclass
+class Cli:
+    tmp: Path
+    settings: Settings
+    topic: str
+    orders: list[jf.Order]
+    spec: Path
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
+        env.update(
+            PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+            REWIND_BOOTSTRAP_SERVERS=self.settings.kafka.bootstrap_servers or "",
+            REWIND_STATE_DIR=str(self.settings.state_path),
+        )
+        return env
+
+    def rewind(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [REWIND, *args], cwd=self.tmp, env=self.env(), capture_output=True, text=True, timeout=timeout
+        )
+
+    def spec_file(self, name: str, **changes: Any) -> Path:
+        data = jf.order_spec(
+            "orders-cli",
+            self.topic,
+            "cli.orders",
+            unit_records=UNIT_RECORDS,
+            guards={"max_records_per_second": 800},
+        )
+        for key, value in changes.items():
+            data[key] = value
+        return jf.write_spec(self.tmp / name, data)
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory, bootstrap: str) -> Cli:
+    tmp = tmp_path_factory.mktemp("job-cli")
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": bootstrap, "REWIND_STATE_DIR": str(tmp / "state")}, cwd=tmp
+    )
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(settings.kafka_config(), topic, PARTITIONS)
+    orders = jf.order_events(RECORDS, PARTITIONS, raise_every=1200)
+    jf.produce_orders(settings.kafka_config(), topic, orders)
+    c = Cli(tmp, settings, topic, orders, tmp / "orders.yaml")
+    c.spec = c.spec_file("orders.yaml")
+    return c
+
+
+def one_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    """stdout is exactly one JSON object."""
+    text = proc.stdout.strip()
+    assert text.startswith("{") and text.endswith("}"), proc.stdout
+    return json.loads(text)
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("WARNING: Using incubator")]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def test_plan_prints_one_json_object_with_ranges_and_gates(cli: Cli) -> None:
+    proc = cli.rewind("plan", str(cli.spec), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "error" not in proc.stderr
+    plan = one_json(proc)
+    assert plan["ok"] is True and plan["name"] == "orders-cli"
+    assert plan["offsets"] == RECORDS and plan["units"] == RECORDS // UNIT_RECORDS
+    assert set(plan["partitions"]) == {f"{cli.topic}/{p}" for p in range(PARTITIONS)}
+    for part in plan["partitions"].values():
+        assert (part["start"], part["end"], part["offsets"]) == (
+            0,
+            RECORDS // PARTITIONS,
+            RECORDS // PARTITIONS,
+        )
+        assert not part["missing_below_low"]
+    gates = {g["name"]: g for g in plan["gates"]}
+    assert {"log-start", "max-records", "translate", "output-schema", "key", "sink"} <= set(gates)
+    assert all(g["ok"] for g in gates.values())
+    assert plan["estimates"]["sample_records"] > 0
+    assert ["order_id", "int64"] in plan["output_columns"]
+    assert ["_rewind_event_id", "string"] in plan["output_columns"]
+    # planning changes nothing but the ledger's plan table, and is deterministic
+    again = one_json(cli.rewind("plan", str(cli.spec), "--json"))
+    assert again["plan_id"] == plan["plan_id"]
+    runs = one_json(cli.rewind("runs", "--json"))
+    assert runs == {"runs": []}
+
+
+def test_plan_with_an_unimportable_translate_exits_1_with_one_line(cli: Cli) -> None:
+    spec = cli.spec_file(
+        "broken.yaml",
+        translate={"function": "tests.nowhere:order_lines", "version": "1", "output_schema": jf.ORDER_SCHEMA},
+    )
+    proc = cli.rewind("plan", str(spec))
+    assert proc.returncode == 1
+    line = one_error_line(proc)
+    assert "refused by gate translate" in line and "module tests.nowhere not found" in line
+    with_json = cli.rewind("plan", str(spec), "--json")
+    assert with_json.returncode == 1
+    plan = one_json(with_json)  # the plan is the one JSON object; the error goes to stderr
+    assert plan["ok"] is False
+    assert next(g["name"] for g in plan["gates"] if not g["ok"]) == "translate"
+    one_error_line(with_json)
+    refused = cli.rewind("run", str(spec), "--json")
+    assert refused.returncode == 1
+    assert "refused by gate translate" in one_json(refused)["error"]
+    assert one_json(cli.rewind("runs", "--json")) == {"runs": []}
+
+
+def test_a_window_ending_before_it_starts_exits_1_before_anything_runs(cli: Cli) -> None:
+    source = {"kafka": {"topics": [cli.topic], "from": "2026-10-08T00:00:00Z", "to": "2026-10-01T00:00:00Z"}}
+    spec = cli.spec_file("backwards.yaml", source=source)
+    for command in ("plan", "run"):
+        proc = cli.rewind(command, str(spec))
+        assert proc.returncode == 1, proc.stderr
+        line = one_error_line(proc)
+        assert f"{spec}: source.kafka.to" in line and "before from" in line
+        assert proc.stdout == ""
+    assert one_json(cli.rewind("runs", "--json")) == {"runs": []}
+
+
+@pytest.mark.slow
+def test_run_show_runs_resume_and_metrics(cli: Cli) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [REWIND, "run", str(cli.spec), "--json", "--metrics-port", str(port)],
+        cwd=cli.tmp,
+        env=cli.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    scraped = ""
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+                body = resp.read().decode()
+        except OSError:
+            body = ""
+        if "rewind_records_read{" in body:
+            scraped = body
+            break
+        time.sleep(0.1)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    out = json.loads(stdout)
+
+    seen = Counter(o.fate for o in cli.orders)
+    assert out["state"] == "succeeded" and out["run_id"].startswith("r-")
+    assert out["records_read"] == RECORDS
+    assert out["rows_out"] == seen["row"] + 2 * seen["double"]
+    assert out["filtered"] == seen["filtered"]
+    assert out["quarantined"] == RECORDS - seen["row"] - seen["double"] - seen["filtered"]
+    assert out["emitted"] + out["quarantined"] + out["filtered"] == RECORDS
+    assert out["units"] == 12 and out["waves"] == 2
+    assert out["staging"]["table"] == f"cli.orders__rewind_{out['run_id'].replace('-', '_')}"
+    assert out["staging"]["target"] == "iceberg:cli.orders"
+    assert out["quarantine_table"] == "cli.rewind_quarantine"
+    rows = jf.staging_table(cli.settings, out["staging"])
+    assert rows.num_rows == out["rows_out"]
+
+    # metrics while the second wave ran: after the first wave's 8 units
+    run_label = f'run_id="{out["run_id"]}"'
+    assert f"rewind_records_read{{{run_label}}} {8 * UNIT_RECORDS}.0" in scraped, scraped
+    assert f"rewind_units_done{{{run_label}}} 8.0" in scraped
+
+    shown_proc = cli.rewind("show", out["run_id"], "--json")
+    assert shown_proc.returncode == 0
+    shown = one_json(shown_proc)
+    for key in ("state", "records_read", "emitted", "rows_out", "quarantined", "filtered", "staging"):
+        assert shown[key] == out[key], key
+    assert shown["units_by_state"] == {"done": 12} and len(shown["units"]) == 12
+
+    runs = one_json(cli.rewind("runs", "--json"))["runs"]
+    assert [(r["run_id"], r["state"], r["name"]) for r in runs] == [
+        (out["run_id"], "succeeded", "orders-cli")
+    ]
+
+    again = cli.rewind("resume", out["run_id"], "--json")
+    assert again.returncode == 1
+    assert one_json(again)["error"] == f"run {out['run_id']} is succeeded; there is nothing to resume"
+    missing = cli.rewind("show", "r-nope", "--json")
+    assert missing.returncode == 1
+    assert "r-nope" in one_json(missing)["error"]
+    assert "r-nope" in one_error_line(missing)
