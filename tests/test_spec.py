@@ -336,7 +336,10 @@ def test_sections_may_be_empty_or_explicit() -> None:
                 "run": {"work_unit_records": 1000, "lease_ttl_s": 5},
                 "quarantine": {"table": "ops.rejects"},
                 "key": [],
-                "verify": {"reference": "analytics.order_totals_v1", "tolerance": 0.001},
+                "verify": {
+                    "reference": {"iceberg": "analytics.order_totals_v1"},
+                    "compare": {"total": {"rel": 0.001}},
+                },
                 "description": "after the rounding bug",
             }
         )
@@ -345,7 +348,8 @@ def test_sections_may_be_empty_or_explicit() -> None:
     assert spec.run.work_unit_records == 1000
     assert spec.quarantine == Quarantine(table="ops.rejects")
     assert spec.key == []
-    assert spec.verify == {"reference": "analytics.order_totals_v1", "tolerance": 0.001}
+    assert spec.verify is not None and spec.verify.reference.iceberg == "analytics.order_totals_v1"
+    assert spec.verify.compare is not None and spec.verify.compare["total"].rel == 0.001
 
 
 @pytest.mark.parametrize(
@@ -851,7 +855,7 @@ def test_to_yaml_round_trips() -> None:
                 "decode": {"format": "json", "schema": {"a": "int64"}},
                 "translate.output_schema": {"order_id": "decimal(10,2)", "n": "struct<a:int>"},
                 "sink": {"kafka": {"configs": {"retention.ms": 1}}},
-                "verify": {"x": [1, 2]},
+                "verify": {"compare": ["a", "b"], "scope": {"from": OCT_1}},
                 "description": "multi\nline",
             }
         ),
@@ -908,7 +912,7 @@ def test_fingerprint_is_stable() -> None:
         {"guards.max_records": 10},
         {"name": "other"},
         {"run.work_unit_records": 1000},
-        {"verify": {"a": 1}},
+        {"verify": {"samples": 1}},
     ],
 )
 def test_fingerprint_changes_with_the_job(changes: dict[str, Any]) -> None:
