@@ -1,0 +1,125 @@
+"""What the ``rewind archive`` and ``rewind query`` commands do, as plain functions returning dicts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rewind.history.exceptions import HistoryError
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
+    from rewind.history.archive import PassResult
+    from rewind.history.plan import Prefer
+
+
+def run_archive(
+    settings: Settings,
+    topics: Sequence[str],
+    table: str,
+    *,
+    continuous: bool = False,
+    compact: bool = False,
+    allow_loss: bool = False,
+    max_offsets: int | None = None,
+    trigger_seconds: float = 5.0,
+    duration_s: float | None = None,
+    on_commit: Callable[[PassResult], None] | None = None,
+) -> dict[str, Any]:
+    """One pass (or a continuous archive until ``duration_s`` or Ctrl-C), then compaction if asked."""
+    from rewind.history.archive import archive_once, start_continuous
+    from rewind.history.compact import compact_archive
+    from rewind.spark import session
+
+    spark = session(settings)
+    out: dict[str, Any] = {
+        "table": table,
+        "topics": list(topics),
+        "mode": "continuous" if continuous else "once",
+    }
+    if not continuous:
+        result = archive_once(
+            settings, topics, table, spark=spark, allow_loss=allow_loss, max_offsets=max_offsets
+        )
+        if on_commit is not None and result.committed:
+            on_commit(result)
+        out["passes"] = [result.to_dict()]
+    else:
+        runner = start_continuous(
+            spark,
+            settings,
+            topics,
+            table,
+            trigger_seconds=trigger_seconds,
+            max_offsets_per_trigger=max_offsets,
+            allow_loss=allow_loss,
+        )
+        shown = 0
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                assert runner.query is not None
+                if runner.query.exception() is not None or not runner.query.isActive:
+                    break
+                for result in runner.results[shown:]:
+                    if on_commit is not None:
+                        on_commit(result)
+                shown = len(runner.results)
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            error = runner.query.exception() if runner.query is not None else None
+            runner.stop()
+        if error is not None:
+            raise HistoryError(f"continuous archive of {table} failed: {str(error).splitlines()[0]}")
+        for result in runner.results[shown:]:
+            if on_commit is not None:
+                on_commit(result)
+        out["passes"] = [r.to_dict() for r in runner.results]
+    out["records"] = sum(p["records"] for p in out["passes"])
+    if compact:
+        out["compaction"] = compact_archive(settings, table).to_dict()
+    return out
+
+
+def run_query(
+    settings: Settings,
+    sql: str,
+    topics: Sequence[str],
+    archive: str,
+    *,
+    start: str = "earliest",
+    end: str = "latest",
+    declared_log_start: str | None = None,
+    allow_gaps: bool = False,
+    prefer: Prefer = "kafka",
+    limit: int = 100,
+) -> dict[str, Any]:
+    """Run ``sql`` over the view ``history`` of the window; up to ``limit`` rows and the plan's summary."""
+    from rewind.history.query import collect_rows, parse_declared, query_history, window_from_bounds
+    from rewind.spark import session
+
+    window = window_from_bounds(topics, start, end)
+    spark = session(settings)
+    started = time.monotonic()
+    plan, df = query_history(
+        spark,
+        settings,
+        sql,
+        topics,
+        archive,
+        window,
+        declared_log_start=parse_declared(declared_log_start),
+        allow_gaps=allow_gaps,
+        prefer=prefer,
+    )
+    columns, rows, more = collect_rows(df, limit)
+    return {
+        "columns": columns,
+        "rows": rows,
+        "truncated": more,
+        "plan": plan.summary(),
+        "seconds": round(time.monotonic() - started, 3),
+    }
