@@ -71,23 +71,32 @@ class _Probe:
             raise RuntimeError("doctor ran out of scratch partitions")
         return self._next
 
-    def produce(self, partition: int, values: list[bytes], timestamps: list[int] | None = None,
-                **overrides: Any) -> None:
-        producer = clients.producer(self.conf, **{"linger.ms": 50, **overrides})
+    def produce(
+        self,
+        partition: int,
+        values: list[bytes],
+        timestamps: list[int] | None = None,
+        overrides: dict[str, Any] | None = None,
+    ) -> None:
+        producer = clients.producer(self.conf, **{"linger.ms": 50, **(overrides or {})})
         errors: list[str] = []
         for i, value in enumerate(values):
-            producer.produce(self.topic, value=value, partition=partition,
-                             timestamp=timestamps[i] if timestamps else 0,
-                             on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+            producer.produce(
+                self.topic,
+                value=value,
+                partition=partition,
+                timestamp=timestamps[i] if timestamps else 0,
+                on_delivery=lambda err, _m: errors.append(str(err)) if err else None,
+            )
         left = producer.flush(_TIMEOUT)
         if left or errors:
             raise RuntimeError(f"produce failed: {errors[:1] or [f'{left} undelivered']}")
 
-    def read_all(self, partition: int, **overrides: Any) -> tuple[list[bytes], int]:
+    def read_all(self, partition: int, overrides: dict[str, Any] | None = None) -> tuple[list[bytes], int]:
         """Every value of a partition and the high watermark from the fetch response."""
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaError, TopicPartition
 
-        consumer = clients.private_consumer(self.conf, "doctor", **overrides)
+        consumer = clients.private_consumer(self.conf, "doctor", overrides)
         try:
             consumer.assign([TopicPartition(self.topic, partition, 0)])
             values: list[bytes] = []
@@ -96,13 +105,13 @@ class _Probe:
                 msg = consumer.poll(0.5)
                 if msg is None:
                     continue
-                if msg.error():
-                    if msg.error().code() == msg.error()._PARTITION_EOF:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
                         break
-                    raise RuntimeError(msg.error().str())
+                    raise RuntimeError(err.str())
                 values.append(msg.value() or b"")
-            _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, partition),
-                                                        cached=True)
+            _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, partition), cached=True)
             return values, high
         finally:
             consumer.close()
@@ -111,7 +120,7 @@ class _Probe:
 
     def idempotent_produce(self) -> Capability:
         p = self.partition()
-        self.produce(p, [b"i%d" % i for i in range(10)], **{"enable.idempotence": True})
+        self.produce(p, [b"i%d" % i for i in range(10)], overrides={"enable.idempotence": True})
         values, _ = self.read_all(p)
         if len(values) == 10:
             return Capability("idempotent_produce", "supported", "10 records delivered once each")
@@ -131,16 +140,19 @@ class _Probe:
             producer.produce(self.topic, value=b"committed-%d" % i, partition=p)
         producer.commit_transaction(_TIMEOUT)
         txn = Capability("transactions", "supported", "init, abort and commit all answered")
-        values, high = self.read_all(p, **{"isolation.level": "read_committed"})
+        values, high = self.read_all(p, {"isolation.level": "read_committed"})
         aborted_seen = sum(v.startswith(b"aborted") for v in values)
         committed_seen = sum(v.startswith(b"committed") for v in values)
         facts = {"aborted_seen": aborted_seen, "committed_seen": committed_seen, "high": high}
         if aborted_seen == 0 and committed_seen == 5:
             rc = Capability("read_committed", "supported", "aborted records hidden", facts=facts)
         else:
-            rc = Capability("read_committed", "wrong-answer",
-                            f"read_committed returned {aborted_seen} of 5 aborted records",
-                            facts=facts)
+            rc = Capability(
+                "read_committed",
+                "wrong-answer",
+                f"read_committed returned {aborted_seen} of 5 aborted records",
+                facts=facts,
+            )
         return txn, rc
 
     def list_offsets_latest(self) -> Capability:
@@ -148,22 +160,28 @@ class _Probe:
 
         p = self.partition()
         count = 100
-        self.produce(p, [b"x" * 20] * count, **{"linger.ms": 200, "batch.num.messages": 1000})
+        self.produce(p, [b"x" * 20] * count, overrides={"linger.ms": 200, "batch.num.messages": 1000})
         consumer = clients.private_consumer(self.conf, "doctor")
         try:
-            _low, listed = consumer.get_watermark_offsets(TopicPartition(self.topic, p),
-                                                          timeout=_TIMEOUT)
+            _low, listed = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=_TIMEOUT)
         finally:
             consumer.close()
         _values, fetched = self.read_all(p)
         facts = {"produced": count, "list_offsets_latest": listed, "fetch_high_watermark": fetched}
         if listed == fetched == count:
-            return Capability("list_offsets_latest", "supported",
-                              f"ListOffsets latest = {listed} = records produced", facts=facts)
-        return Capability("list_offsets_latest", "wrong-answer",
-                          f"ListOffsets latest = {listed}, fetch high watermark = {fetched}, "
-                          f"records produced = {count}; Rewind checks `latest` by fetching",
-                          facts=facts)
+            return Capability(
+                "list_offsets_latest",
+                "supported",
+                f"ListOffsets latest = {listed} = records produced",
+                facts=facts,
+            )
+        return Capability(
+            "list_offsets_latest",
+            "wrong-answer",
+            f"ListOffsets latest = {listed}, fetch high watermark = {fetched}, "
+            f"records produced = {count}; Rewind checks `latest` by fetching",
+            facts=facts,
+        )
 
     def list_offsets_by_time(self) -> Capability:
         from confluent_kafka import TopicPartition
@@ -177,23 +195,25 @@ class _Probe:
         try:
             wrong = []
             for ts, expected in queries.items():
-                [answer] = consumer.offsets_for_times([TopicPartition(self.topic, p, ts)],
-                                                      timeout=_TIMEOUT)
+                [answer] = consumer.offsets_for_times([TopicPartition(self.topic, p, ts)], timeout=_TIMEOUT)
                 if answer.offset != expected:
                     wrong.append(f"t={ts - base:+d}ms: offset {answer.offset}, expected {expected}")
         finally:
             consumer.close()
         if not wrong:
             return Capability("list_offsets_by_time", "supported", "3 of 3 lookups correct")
-        return Capability("list_offsets_by_time", "wrong-answer",
-                          "; ".join(wrong) + "; Rewind falls back to a search over record timestamps",
-                          facts={"wrong": wrong})
+        return Capability(
+            "list_offsets_by_time",
+            "wrong-answer",
+            "; ".join(wrong) + "; Rewind falls back to a search over record timestamps",
+            facts={"wrong": wrong},
+        )
 
     def group_offsets(self) -> Capability:
         from confluent_kafka import TopicPartition
 
         group = f"rewind-doctor-{uuid.uuid4().hex[:10]}"  # a scratch group, never a live one
-        consumer = clients.private_consumer(self.conf, "doctor", **{"group.id": group})
+        consumer = clients.private_consumer(self.conf, "doctor", {"group.id": group})
         try:
             consumer.commit(offsets=[TopicPartition(self.topic, 0, 3)], asynchronous=False)
             [got] = consumer.committed([TopicPartition(self.topic, 0)], timeout=_TIMEOUT)
@@ -208,8 +228,9 @@ class _Probe:
 
         group = f"rewind-doctor-{uuid.uuid4().hex[:10]}"
         assigned: list[int] = []
-        consumer = Consumer({**self.conf, "group.id": group, "enable.auto.commit": False,
-                             "logger": clients.RDKAFKA_LOGGER})
+        consumer = Consumer(
+            {**self.conf, "group.id": group, "enable.auto.commit": False, "logger": clients.RDKAFKA_LOGGER}
+        )
         t0 = time.monotonic()
         try:
             consumer.subscribe([self.topic], on_assign=lambda _c, parts: assigned.append(len(parts)))
@@ -219,10 +240,16 @@ class _Probe:
             consumer.close()
         took = time.monotonic() - t0
         if not assigned:
-            return Capability("group_join", "missing",
-                              f"no assignment within {self.join_timeout_s:.0f}s", took)
-        return Capability("group_join", "supported", f"first assignment after {took:.1f}s", took,
-                          facts={"latency_s": round(took, 2)})
+            return Capability(
+                "group_join", "missing", f"no assignment within {self.join_timeout_s:.0f}s", took
+            )
+        return Capability(
+            "group_join",
+            "supported",
+            f"first assignment after {took:.1f}s",
+            took,
+            facts={"latency_s": round(took, 2)},
+        )
 
     def delete_records(self) -> Capability:
         from confluent_kafka import TopicPartition
@@ -230,16 +257,16 @@ class _Probe:
         p = self.partition()
         self.produce(p, [b"d"] * 5)
         try:
-            futures = self.admin.delete_records([TopicPartition(self.topic, p, 2)],
-                                                operation_timeout=_TIMEOUT)
+            futures = self.admin.delete_records(
+                [TopicPartition(self.topic, p, 2)], operation_timeout=_TIMEOUT
+            )
             for fut in futures.values():
                 fut.result(timeout=_TIMEOUT)
         except Exception as exc:
             return Capability("delete_records", "missing", f"DeleteRecords failed: {_short(exc)}")
         consumer = clients.private_consumer(self.conf, "doctor")
         try:
-            low, _high = consumer.get_watermark_offsets(TopicPartition(self.topic, p),
-                                                        timeout=_TIMEOUT)
+            low, _high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=_TIMEOUT)
         finally:
             consumer.close()
         if low == 2:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import BrokerUnreachable, ConfigError
@@ -50,7 +51,12 @@ def producer(conf: dict[str, Any], **overrides: Any) -> Producer:
 
 
 def private_consumer(
-    conf: dict[str, Any], purpose: str = "read", route_logs: bool = True, **overrides: Any
+    conf: dict[str, Any],
+    purpose: str = "read",
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    route_logs: bool = True,
+    **extra: Any,
 ) -> Consumer:
     """A consumer for ``assign`` only: a throw-away group id, no commits, ever.
 
@@ -68,7 +74,8 @@ def private_consumer(
         "enable.auto.offset.store": False,
         "auto.offset.reset": "error",
         "enable.partition.eof": True,
-        **overrides,
+        **(overrides or {}),
+        **extra,
     }
     return _build(Consumer, _with_logger(settings) if route_logs else settings)
 

@@ -920,7 +920,7 @@ def _list_offsets(
     from confluent_kafka import KafkaException, TopicPartition
 
     out: dict[str, dict[TP, int]] = {name: {} for name in specs}
-    consumer = clients.private_consumer(conf, "list-offsets", **{"isolation.level": "read_uncommitted"})
+    consumer = clients.private_consumer(conf, "list-offsets", {"isolation.level": "read_uncommitted"})
     try:
         for name, wanted in specs.items():
             if not wanted:
@@ -993,7 +993,7 @@ def resolve(
     broker_low = listed["earliest"]
     listed_high = listed["latest"]
 
-    consumer = clients.private_consumer(conf, "plan", **_PROBE_SETTINGS)
+    consumer = clients.private_consumer(conf, "plan", _PROBE_SETTINGS)
     try:
         prober = _Prober(consumer, timeout_s)
         prober.run((tp, _probe_high(max(broker_low[tp], listed_high[tp] - 1))) for tp in partitions)

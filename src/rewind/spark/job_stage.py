@@ -203,7 +203,8 @@ def run_wave(spark: SparkSession, ctx: StageContext) -> dict[str, UnitOutput]:
     if ctx.max_records_per_second:
         reader = reader.option("maxRecordsPerSecond", str(ctx.max_records_per_second))
         reader = reader.option("rateLimitId", ctx.rate_limit_id or ctx.run_id)
-    results = reader.load().mapInArrow(ProcessUnits(ctx), RESULT_SCHEMA).collect()
+    process: Any = ProcessUnits(ctx)  # a callable object; Spark's stubs want a function
+    results = reader.load().mapInArrow(process, RESULT_SCHEMA).collect()
     outputs = {u.id: UnitOutput(u.id) for u in ctx.units}
     for row in results:
         out = outputs[row.unit_id]

@@ -131,12 +131,12 @@ def fetch_ranges(
                     err = msg.error()
                     if err is None:
                         continue
-                    tp = (msg.topic(), msg.partition())
+                    tp = (str(msg.topic()), int(msg.partition() or 0))
                     if err.code() != eof_code:
                         raise RangeReadError(f"{tp[0]}/{tp[1]} at offset {positions.get(tp)}: {err.str()}")
                     # end of the log as the broker sees it now: the range is complete when it
                     # reached the planned end (a partition may end on control markers)
-                    if tp in open_parts and msg.offset() >= ends[tp]:
+                    if tp in open_parts and int(msg.offset() or 0) >= ends[tp]:
                         open_parts.discard(tp)
                         consumer.pause([TopicPartition(*tp)])
             if not good:

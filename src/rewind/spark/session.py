@@ -19,6 +19,7 @@ from rewind.javacheck import require_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import DataSource
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def register(spark: SparkSession) -> list[str]:
     return names
 
 
-def _data_sources() -> list[type]:
+def _data_sources() -> list[type[DataSource]]:
     # imported here: pyspark's datasource module is heavy and the CLI mostly does not need it
     from rewind.spark.sources import DATA_SOURCES
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pyspark.sql.datasource import DataSource
+
 from rewind.spark.kafka_source import KafkaDataSource
 
-DATA_SOURCES: list[type] = [KafkaDataSource]
+DATA_SOURCES: list[type[DataSource]] = [KafkaDataSource]
