@@ -45,6 +45,8 @@ CREATE TABLE {t} (
   status text,
   amount double precision,
   note text DEFAULT 'live',
+  line bigserial,
+  ident bigint GENERATED ALWAYS AS IDENTITY,
   _rewind_event_id text,
   _rewind_source_topic text,
   _rewind_source_partition integer,
@@ -363,6 +365,41 @@ def test_repair_promote_rollback_promote_and_cleanup(tmp_path: Path, pg: str) ->
     with pytest.raises(PostgresSinkError, match="dropped by `rewind cleanup`"):
         sink.rollback(staging, swap.to_dict())
     assert table_rows(sink, name) == new
+    # the serial's sequence (owned by the dropped table) was handed over; identity continues
+    pg_exec(pg, f"INSERT INTO public.{name} (order_id) VALUES (999999)")
+    line, ident = pg_exec(pg, f"SELECT line, ident FROM public.{name} WHERE order_id = 999999")[0]
+    assert (line, ident) > tuple(
+        pg_exec(pg, f"SELECT max(line), max(ident) FROM public.{name} WHERE order_id < 999999")[0]
+    )
+
+
+def test_sqlite_repair_promote_and_rollback(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "model.db"
+    kinds = {"int32": "INTEGER", "int64": "INTEGER", "bool": "BOOLEAN", "string": "TEXT"}
+    cols = ", ".join(f"{f.name} {kinds.get(str(f.type), 'TIMESTAMP')}" for f in LINEAGE_SCHEMA)
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"CREATE TABLE orders (order_id INTEGER PRIMARY KEY, status TEXT, amount REAL, {cols})")
+        conn.execute("CREATE INDEX orders_status ON orders (status)")
+        conn.executemany(
+            "INSERT INTO orders (order_id, status, amount) VALUES (?, 'paid', ?)",
+            [(i, i * 1.5) for i in range(1, 21)],
+        )
+    sink = PostgresSink(f"sqlite:///{db}", "orders", key=["order_id"], spool_dir=tmp_path)
+    assert "staging is a copy of it" in sink.check(SCHEMA)
+    staging = sink.prepare("r-13", SCHEMA)
+    commit(sink, staging, "u1", rows("r-13", [(1, 100, 0.25), (21, 101, 5.0)]))
+    old = table_rows(sink, "orders")
+    swap = sink.promote(staging)
+    new = table_rows(sink, "orders")
+    assert len(new) == 21 and new[1] == (0.25, 100) and new[2] == old[2]
+    assert sink.promote(staging).already_done
+    sink.rollback(staging, swap.to_dict())
+    assert table_rows(sink, "orders") == old
+    with sqlite3.connect(db) as conn:
+        indexes = {r[1] for r in conn.execute("PRAGMA index_list(orders)")}
+    assert "orders_status" in indexes
 
 
 def test_promotion_is_refused_when_the_target_moved(tmp_path: Path, pg: str) -> None:
@@ -381,6 +418,27 @@ def test_promotion_is_refused_when_the_target_moved(tmp_path: Path, pg: str) -> 
     pg_exec(pg, f"UPDATE public.{name} SET amount = 1 WHERE order_id = 2")  # a write after promotion
     with pytest.raises(TargetMoved, match="a rollback would drop those writes"):
         sink.rollback(staging, swap.to_dict())
+
+
+def test_a_swap_waits_for_long_readers_within_bounds(tmp_path: Path, pg: str) -> None:
+    """A long transaction holding the target makes the swap retry its bounded lock wait, then give up
+    with one line; once it ends, the swap goes through. New readers never queue for long."""
+    name = f"busy_{uuid.uuid4().hex[:6]}"
+    make_target(pg, name, 10)
+    sink = sink_on(pg, f"public.{name}", tmp_path, lock_timeout_s=0.1, lock_wait_s=0.6)
+    staging = sink.prepare("r-14", SCHEMA)
+    commit(sink, staging, "u1", rows("r-14", [(1, 1, 0.0)]))
+    with psycopg.connect(pg) as long_reader:
+        long_reader.execute(f"SELECT count(*) FROM public.{name}")  # holds ACCESS SHARE until it ends
+        with pytest.raises(
+            PostgresSinkError, match=rf"could not lock public\.{name} in 1s: long transactions"
+        ):
+            sink.promote(staging)
+        assert table_rows(sink, name)[1][0] == 1.5  # nothing swapped
+        threading.Timer(0.3, long_reader.rollback).start()
+        slow = sink_on(pg, f"public.{name}", tmp_path, lock_timeout_s=0.1, lock_wait_s=10)
+        assert slow.promote(staging).already_done is False
+    assert table_rows(sink, name)[1][0] == 0.0
 
 
 def test_new_table_promote_rollback_and_cleanup(new_sink: PostgresSink) -> None:
@@ -508,10 +566,10 @@ def test_backfill_job_into_postgres_promote_and_rollback(
         "SELECT i, 'old', 3 FROM generate_series(5000, 5009) i",
     )
     data = jf.order_spec(
-        "pg-orders", topic, "unused.t", unit_records=100, function="tests.job_fixtures:order_amounts"
+        "pg-orders", topic, "unused.t", unit_records=150, function="tests.job_fixtures:order_amounts"
     )
     data["sink"] = {"postgres": {"table": f"public.{name}", "url": pg}}
-    outcome = run_job(settings, parse_spec(data), units_per_wave=2)
+    outcome = run_job(settings, parse_spec(data), units_per_wave=3)
     assert outcome.state == "succeeded"
     staging = PostgresStaging.from_dict(outcome.staging)
     sink = sink_on(pg, f"public.{name}", tmp_path)

@@ -630,7 +630,7 @@ class PostgresSink:
             conn = ctx.__enter__()
         except OperationalError as exc:
             raise PostgresSinkError(
-                f"database at {self.where} is not reachable: {_first_line(exc.orig or exc)}"
+                f"database at {self.where} is not reachable: {mask_url(_first_line(exc.orig or exc))}"
             ) from exc
         try:
             raw = conn.connection.driver_connection
@@ -1707,7 +1707,7 @@ class _Postgres(_Backend):
     def drop(self, tx: _Tx, name: _Name) -> None:
         """Drop ``name``; sequences it owns that other tables still use are handed over first."""
         tx.cur.execute(
-            "SELECT s.oid::regclass::text, u.refobjid::regclass::text, a.attname "
+            "SELECT s.oid::regclass::text, d.adrelid::regclass::text, a.attname "
             "FROM pg_depend o JOIN pg_class s ON s.oid = o.objid AND s.relkind = 'S' "
             "JOIN pg_depend u ON u.refobjid = s.oid AND u.classid = 'pg_attrdef'::regclass "
             "JOIN pg_attrdef d ON d.oid = u.objid "
