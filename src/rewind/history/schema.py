@@ -8,7 +8,8 @@ column             Iceberg type                        meaning
 ``key``            binary (optional)                   the record key, raw bytes
 ``value``          binary (optional)                   the record value, raw bytes (null: tombstone)
 ``headers``        list<struct<key string,             the record headers in order, null when none
-                   value binary>> (optional)           (as Spark's Kafka source)
+                   value binary>> (optional)           (as Spark's Kafka source; pyiceberg 0.12's
+                                                       ``scan().to_arrow()`` shows null as [])
 ``topic``          string (required)                   coordinates of the record in Kafka
 ``partition``      int (required)
 ``offset``         long (required)
