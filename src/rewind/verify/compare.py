@@ -1,0 +1,774 @@
+"""The Spark side of verification: bucket checksums, bisection, row-level drill-down.
+
+Both sides are Spark DataFrames and stay in Spark: the driver only ever receives
+aggregates (per bucket, per cell), counts and a bounded number of sample rows.
+
+1. **Scope.** Both sides are cut to the scope (filter, key range and, in ``match`` mode,
+   the window). Reference columns are cast (``try_cast``) to staging's types, so that equal
+   values hash equally; a value that does not cast becomes null and shows as a difference.
+2. **Row hashes.** Every row gets ``kh = xxhash64(key)`` and ``h = xxhash64(compared
+   columns)``, plus a null bitmask (Spark's hash skips nulls, so ``(null, 1)`` and
+   ``(1, null)`` would otherwise collide). Timestamps enter ``h`` floored to their precision,
+   which is exact. Columns with an ``abs``/``rel`` tolerance enter ``h`` with their exact
+   value: a tolerance cannot be hashed (two values within tolerance can straddle any
+   rounding boundary), so a within-tolerance difference makes its cell differ and is
+   settled by value in step 5, where it does not count. That costs a drill-down, never a
+   wrong answer. A column where null must not equal null (``nulls_equal: false``) adds a
+   side-specific salt to ``h`` when null, so its cell always drills down.
+3. **Cells.** A cell is (window flag, time bucket, low ``bits`` bits of ``kh``). One
+   aggregation over the union of both sides gives, per cell and side, the row count and
+   the sum of ``h`` as two 32-bit halves (so it cannot overflow under ANSI SQL). A cell whose
+   counts or sums differ holds a difference: a missing or extra row changes the count, a
+   changed row the sum. The per-bucket counts and checksums of the report are these cells
+   summed per time bucket.
+4. **Bisection.** While the differing cells hold more than ``drill_rows`` rows, their rows
+   are aggregated again with more bits of ``kh`` (each cell splits into 2^k), as data-diff
+   does between two databases; it stops when the rows fit, or when splitting no longer
+   helps (dense differences, e.g. a repaired window where every row changed: those are
+   then sampled, and the report says so).
+5. **Drill-down.** The rows of the differing cells of both sides are joined on the key
+   (full outer, null-safe) and compared column by column with the tolerances: *missing*
+   (reference only), *extra* (staging only), *changed* (naming the columns that differ) or
+   equal within tolerance. In ``repair`` mode a difference is a *change* when every side's
+   row lies inside the repaired window, and a failure otherwise.
+
+Duplicate keys are found where they make the two sides differ (a key twice in staging and
+once in the reference); duplicates present identically on both sides agree and are not
+reported.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from rewind.verify.exceptions import VerifyError
+from rewind.verify.rules import ColumnRule, Rules, is_time
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+FIRST_BITS = 12
+"""Key-hash bits of the first level: 4096 cells per time bucket."""
+MAX_BITS = 62
+NULL_BUCKET = -(2**62)
+"""Time bucket of rows whose time is null."""
+MAX_BUCKETS = 5000
+"""Time buckets returned for the report (the earliest ones)."""
+MAX_CATEGORIES = 30
+BROADCAST_CELLS = 1_000_000
+WINDOW_FLAG = "_rewind_w"
+_U32 = 0xFFFFFFFF
+_U64 = (1 << 64) - 1
+
+
+class Timer:
+    """Seconds per named step, for the report."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.steps[name] = round(self.steps.get(name, 0.0) + time.perf_counter() - began, 3)
+
+
+@contextmanager
+def quiet_query_errors() -> Iterator[None]:
+    """Silence pyspark's loggers that print a user query's error with a stack trace.
+
+    A failing assertion or filter is reported in one line by Rewind; pyspark would also
+    log the whole JVM trace on stderr.
+    """
+    loggers = [logging.getLogger(n) for n in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")]
+    before = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    finally:
+        for lg, was in zip(loggers, before, strict=True):
+            lg.disabled = was
+
+
+def spark_types(df: DataFrame) -> dict[str, str]:
+    """Column name → Spark's simple type name (``bigint``, ``decimal(10,2)``...)."""
+    return {f.name: f.dataType.simpleString() for f in df.schema.fields}
+
+
+def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules: Rules) -> dict[str, Any]:
+    """Compare staging with the reference under ``rules``; returns JSON-ready results.
+
+    Keys of the result: ``rows`` (counts per side), ``record`` (missing, extra, duplicate
+    keys with samples), ``state`` (changed rows by column with side-by-side samples),
+    ``changes`` (repair mode: the differences inside the window), ``buckets``,
+    ``categories``, ``bisection`` (one entry per level) and ``seconds`` per step.
+    """
+    from pyspark.sql import functions as F
+
+    timer = Timer()
+    types = spark_types(staging)
+    with timer.step("prepare"):
+        s = _prepare(staging, rules, types, side=0, name="staging")
+        r = _prepare(reference, rules, types, side=1, name="reference")
+    narrow = s.select("w", "tb", "kh", "h", F.lit(0).alias("side")).unionByName(
+        r.select("w", "tb", "kh", "h", F.lit(1).alias("side"))
+    )
+
+    cached: list[DataFrame] = []
+    try:
+        levels: list[dict[str, Any]] = []
+        bits, cells = FIRST_BITS, None
+        buckets: list[dict[str, Any]] = []
+        totals: dict[str, int] = {}
+        sampled: dict[str, Any] | None = None
+        while True:
+            with timer.step(f"level {len(levels) + 1}"):
+                parent_cells = levels[-1]["differing_cells"] if levels else 0
+                agg = _cells(narrow, bits, cells, levels[-1]["bits"] if levels else 0, parent_cells).cache()
+                cached.append(agg)
+                differing = agg.where(_cell_differs())
+                if not levels:  # one action: the per-bucket rollup carries the differing cells
+                    buckets, totals, stats = _rollup(agg)
+                else:
+                    stats = {
+                        int(row["w"]): (int(row["cells"]), int(row["rows"]))
+                        for row in differing.groupBy("w")
+                        .agg(
+                            F.count(F.lit(1)).alias("cells"), F.sum(F.col("n_s") + F.col("n_r")).alias("rows")
+                        )
+                        .collect()
+                    }
+            n_cells = sum(c for c, _ in stats.values())
+            n_rows = sum(n for _, n in stats.values())
+            levels.append(
+                {"level": len(levels) + 1, "bits": bits, "differing_cells": n_cells, "rows": n_rows}
+            )
+            if not stats:
+                cells = None
+                break
+            dense = len(levels) > 1 and n_rows > levels[-2]["rows"] / 2
+            if n_rows <= rules.drill_rows or dense or bits >= MAX_BITS:
+                differing, sampled = _limit_changes(differing, stats, rules)
+                cells = differing
+                break
+            cells = differing
+            per_cell = n_rows / max(n_cells, 1)
+            bits = min(MAX_BITS, bits + max(1, min(20, math.ceil(math.log2(max(per_cell / 8, 2))))))
+
+        result: dict[str, Any] = {"rows": totals, "bisection": levels}
+        if cells is None or not levels[-1]["differing_cells"]:
+            drill = _empty_drill()
+        else:
+            with timer.step("drill-down"):
+                drill = _drill(s, r, cells, levels[-1]["bits"], levels[-1]["differing_cells"], rules, cached)
+        drill["changes"]["sampled"] = sampled
+        by_bucket, by_category = drill.pop("_by_bucket"), drill.pop("_by_category")
+        result.update(drill)
+        _attach_buckets(result, buckets, by_bucket, rules)
+        with timer.step("categories"):
+            result["categories"] = _categories(s, r, by_category, rules)
+        result["seconds"] = timer.steps
+        return result
+    finally:
+        for df in cached:
+            df.unpersist()
+
+
+# -- step 1 and 2: scope, alignment, hashes ---------------------------------------------------
+
+
+def _analysis(side: str, what: str, exc: Exception) -> VerifyError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return VerifyError(f"verify.{what} on {side}: {first}")
+
+
+def apply_scope(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int, name: str) -> DataFrame:
+    """``df`` cut to the scope: filter, key range and (``match`` mode) the window.
+
+    ``types`` are staging's column types: the reference's key and time columns are cast to
+    them first, so both sides are cut by the same values. Adds the window flag ``_rewind_w``
+    (1 inside the window, 0 outside or when there is no window).
+    """
+    from pyspark.sql import functions as F
+
+    own = spark_types(df)
+
+    def col(column: str) -> Column:
+        c = F.col(f"`{column}`")
+        if side == 1 and own.get(column) != types[column]:
+            c = c.try_cast(types[column])
+        return c
+
+    if rules.filter:
+        try:
+            with quiet_query_errors():
+                df = df.where(F.expr(rules.filter))
+        except Exception as exc:  # pyspark's AnalysisException, ParseException...
+            raise _analysis(name, "scope.filter", exc) from None
+    first = col(rules.key[0])
+    if rules.key_from is not None:
+        df = df.where(first >= F.lit(rules.key_from))
+    if rules.key_to is not None:
+        df = df.where(first < F.lit(rules.key_to))
+    w: Column = F.lit(0)
+    if rules.time_column is not None and rules.windowed:
+        t = _as_timestamp(col(rules.time_column), types[rules.time_column])
+        lo, hi = rules.window
+        inside = F.lit(True)
+        if lo is not None:
+            inside = inside & (t >= F.lit(lo))
+        if hi is not None:
+            inside = inside & (t < F.lit(hi))
+        if rules.mode == "match":
+            df = df.where(inside)
+        else:
+            w = F.when(inside, F.lit(1)).otherwise(F.lit(0))
+    return df.withColumn(WINDOW_FLAG, w.cast("int"))
+
+
+def without_flag(df: DataFrame) -> DataFrame:
+    """``df`` without the window flag :func:`apply_scope` added (for the assertions' views)."""
+    return df.drop(WINDOW_FLAG)
+
+
+def _prepare(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int, name: str) -> DataFrame:
+    """One side in scope, aligned to staging's types, with w, tb, cat, kh, h, k*, c*."""
+    from pyspark.sql import functions as F
+
+    own = spark_types(df)
+
+    def col(column: str) -> Column:
+        c = F.col(f"`{column}`")
+        if side == 1 and own.get(column) != types[column]:
+            c = c.try_cast(types[column])
+        return c
+
+    df = apply_scope(df, rules, types, side=side, name=name)
+    w = F.col(WINDOW_FLAG)
+    if rules.bucket_column is not None:
+        micros = F.unix_micros(_as_timestamp(col(rules.bucket_column), types[rules.bucket_column]))
+        tb = F.coalesce(_int_floor(micros, rules.bucket_us), F.lit(NULL_BUCKET))
+    else:
+        tb = F.lit(0).cast("long")
+
+    keys = [col(k).alias(f"k{i}") for i, k in enumerate(rules.key)]
+    values = [col(c.name).alias(f"c{i}") for i, c in enumerate(rules.columns)]
+    extra = [w.cast("int").alias("w"), tb.alias("tb")]
+    if rules.category is not None:
+        extra.append(col(rules.category).cast("string").alias("cat"))
+    projected = df.select(*keys, *values, *extra)
+
+    key_cols = [F.col(f"k{i}") for i in range(len(rules.key))]
+    kh = F.xxhash64(*key_cols, *_null_masks(key_cols))
+    normal = [_normalise(F.col(f"c{i}"), rule, types[rule.name]) for i, rule in enumerate(rules.columns)]
+    value_cols = [F.col(f"c{i}") for i in range(len(rules.columns))]
+    unequal = [F.col(f"c{i}").isNull() for i, rule in enumerate(rules.columns) if not rule.nulls_equal]
+    salt = [F.when(_any(unequal), F.lit(side + 1)).otherwise(F.lit(0))] if unequal else []
+    h = F.xxhash64(*normal, *_null_masks(value_cols), *salt) if normal else F.lit(0).cast("long")
+    return projected.withColumn("kh", kh).withColumn("h", h)
+
+
+def _any(conditions: list[Column]) -> Column:
+    out = conditions[0]
+    for c in conditions[1:]:
+        out = out | c
+    return out
+
+
+def _null_masks(columns: list[Column]) -> list[Column]:
+    """One long per 62 columns: bit i set when column i is null."""
+    from pyspark.sql import functions as F
+
+    masks = []
+    for start in range(0, len(columns), 62):
+        mask: Column = F.lit(0).cast("long")
+        for i, c in enumerate(columns[start : start + 62]):
+            mask = mask + F.when(c.isNull(), F.lit(1 << i)).otherwise(F.lit(0)).cast("long")
+        masks.append(mask)
+    return masks
+
+
+def _as_timestamp(column: Column, spark_type: str) -> Column:
+    return column.cast("timestamp") if spark_type == "date" else column
+
+
+def _int_floor(micros: Column, unit: int) -> Column:
+    """``floor(micros / unit)``, exact (also before 1970) for times up to the year 2255."""
+    from pyspark.sql import functions as F
+
+    if unit == 1:
+        return micros
+    remainder = F.pmod(micros, F.lit(unit).cast("long"))
+    return ((micros - remainder) / F.lit(unit)).cast("long")
+
+
+def _normalise(column: Column, rule: ColumnRule, spark_type: str) -> Column:
+    """The value that enters the row hash: timestamps floored to their precision."""
+    from pyspark.sql import functions as F
+
+    if rule.kind == "timestamp" and is_time(spark_type):
+        return _int_floor(F.unix_micros(_as_timestamp(column, spark_type)), rule.precision_us)
+    return column
+
+
+# -- step 3 and 4: cells and bisection --------------------------------------------------------
+
+
+def _cells(
+    narrow: DataFrame, bits: int, previous: DataFrame | None, previous_bits: int, previous_cells: int
+) -> DataFrame:
+    """Per cell (w, tb, kb): row count and hash sums of each side; only rows of ``previous`` cells."""
+    from pyspark.sql import functions as F
+
+    src = narrow
+    if previous is not None:
+        parents = previous.select("w", "tb", F.col("kb").alias("pkb"))
+        if previous_cells <= BROADCAST_CELLS:
+            parents = F.broadcast(parents)
+        src = src.withColumn("pkb", F.col("kh").bitwiseAND(F.lit((1 << previous_bits) - 1))).join(
+            parents, ["w", "tb", "pkb"], "left_semi"
+        )
+    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
+    hi = F.shiftright(F.col("h"), 32)
+    lo = F.col("h").bitwiseAND(F.lit(_U32))
+    staging, reference = F.col("side") == 0, F.col("side") == 1
+
+    def total(cond: Column, value: Column) -> Column:
+        return F.coalesce(F.sum(F.when(cond, value)), F.lit(0).cast("long"))
+
+    return src.groupBy("w", "tb", kb.alias("kb")).agg(
+        total(staging, F.lit(1).cast("long")).alias("n_s"),
+        total(reference, F.lit(1).cast("long")).alias("n_r"),
+        total(staging, hi).alias("hi_s"),
+        total(staging, lo).alias("lo_s"),
+        total(reference, hi).alias("hi_r"),
+        total(reference, lo).alias("lo_r"),
+    )
+
+
+def _cell_differs() -> Column:
+    from pyspark.sql import functions as F
+
+    return (
+        (F.col("n_s") != F.col("n_r")) | (F.col("hi_s") != F.col("hi_r")) | (F.col("lo_s") != F.col("lo_r"))
+    )
+
+
+def checksum(hi: int, lo: int) -> str:
+    """The 64-bit sum of row hashes (from its two 32-bit halves), as 16 hex digits."""
+    return f"{((hi << 32) + lo) & _U64:016x}"
+
+
+def _rollup(agg: DataFrame) -> tuple[list[dict[str, Any]], dict[str, int], dict[int, tuple[int, int]]]:
+    """Per time bucket: counts and checksums of both sides, cells and differing cells.
+
+    Also returns, per window flag, the differing cells and the rows they hold.
+    """
+    from pyspark.sql import functions as F
+
+    differs = F.when(_cell_differs(), F.lit(1)).otherwise(F.lit(0))
+    differing_rows = F.when(_cell_differs(), F.col("n_s") + F.col("n_r")).otherwise(F.lit(0))
+    rows = (
+        agg.groupBy("tb", "w")
+        .agg(
+            F.sum("n_s").alias("n_s"),
+            F.sum("n_r").alias("n_r"),
+            F.sum("hi_s").alias("hi_s"),
+            F.sum("lo_s").alias("lo_s"),
+            F.sum("hi_r").alias("hi_r"),
+            F.sum("lo_r").alias("lo_r"),
+            F.count(F.lit(1)).alias("cells"),
+            F.sum(differs).alias("differing_cells"),
+            F.sum(differing_rows).alias("differing_rows"),
+        )
+        .collect()
+    )
+    stats: dict[int, tuple[int, int]] = {}
+    for row in rows:
+        if row["differing_cells"]:
+            cells, held = stats.get(int(row["w"]), (0, 0))
+            stats[int(row["w"])] = (cells + int(row["differing_cells"]), held + int(row["differing_rows"]))
+    merged: dict[int, dict[str, int]] = {}
+    totals = {"staging": 0, "reference": 0, "staging_in_window": 0, "reference_in_window": 0}
+    for row in rows:
+        d = row.asDict()
+        m = merged.setdefault(int(d["tb"]), dict.fromkeys(("n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r"), 0))
+        for k in ("n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r"):
+            m[k] += int(d[k])
+        m["cells"] = m.get("cells", 0) + int(d["cells"])
+        m["differing_cells"] = m.get("differing_cells", 0) + int(d["differing_cells"])
+        totals["staging"] += int(d["n_s"])
+        totals["reference"] += int(d["n_r"])
+        if d["w"] == 1:
+            totals["staging_in_window"] += int(d["n_s"])
+            totals["reference_in_window"] += int(d["n_r"])
+    out = []
+    for tb, m in sorted(merged.items())[:MAX_BUCKETS]:
+        out.append(
+            {
+                "tb": tb,
+                "staging_rows": m["n_s"],
+                "reference_rows": m["n_r"],
+                "staging_checksum": checksum(m["hi_s"], m["lo_s"]),
+                "reference_checksum": checksum(m["hi_r"], m["lo_r"]),
+                "equal": m["differing_cells"] == 0,
+                "cells": m["cells"],
+                "differing_cells": m["differing_cells"],
+            }
+        )
+    return out, totals, stats
+
+
+def _limit_changes(
+    differing: DataFrame, stats: dict[int, tuple[int, int]], rules: Rules
+) -> tuple[DataFrame, dict[str, Any] | None]:
+    """Keep every differing cell outside the window; sample those inside it beyond ``drill_rows``.
+
+    Differences outside the window (and all of them in match mode) are failures and are
+    always drilled in full; inside the repaired window they are the expected changes, of
+    which a sample of cells is enough to show what changed.
+    """
+    from pyspark.sql import functions as F
+
+    cells_in, rows_in = stats.get(1, (0, 0))
+    if rows_in <= rules.drill_rows:
+        return differing, None
+    share = rules.drill_rows / rows_in
+    keep = F.xxhash64("tb", "kb").bitwiseAND(F.lit(1023)) < F.lit(max(1, int(1024 * share)))
+    return differing.where((F.col("w") == 0) | keep), {
+        "cells": cells_in,
+        "rows": rows_in,
+        "share": round(max(1, int(1024 * share)) / 1024, 4),
+    }
+
+
+# -- step 5: drill-down -----------------------------------------------------------------------
+
+
+def _empty_drill() -> dict[str, Any]:
+    return {
+        "record": {
+            "missing": 0,
+            "extra": 0,
+            "duplicates": {"staging": 0, "reference": 0},
+            "missing_sample": [],
+            "extra_sample": [],
+            "duplicate_sample": [],
+        },
+        "state": {"changed": 0, "within_tolerance": 0, "by_column": {}, "changed_sample": []},
+        "changes": {
+            "missing": 0,
+            "extra": 0,
+            "changed": 0,
+            "by_column": {},
+            "missing_sample": [],
+            "extra_sample": [],
+            "changed_sample": [],
+        },
+        "_by_bucket": {},
+        "_by_category": {},
+    }
+
+
+def _drill(
+    s: DataFrame,
+    r: DataFrame,
+    cells: DataFrame,
+    bits: int,
+    n_cells: int,
+    rules: Rules,
+    cached: list[DataFrame],
+) -> dict[str, Any]:
+    """Join the rows of the differing cells on the key and classify them (four Spark actions)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    mask = F.lit((1 << bits) - 1) if bits < 64 else None
+    wanted = cells.select("w", "tb", "kb")
+    if n_cells <= BROADCAST_CELLS:
+        wanted = F.broadcast(wanted)
+
+    nk, nc = len(rules.key), len(rules.columns)
+    has_cat = rules.category is not None
+
+    def part(df: DataFrame, prefix: str) -> DataFrame:
+        kb = F.col("kh").bitwiseAND(mask) if mask is not None else F.col("kh")
+        inside = df.withColumn("kb", kb).join(wanted, ["w", "tb", "kb"], "left_semi")
+        cols = [F.col(f"k{i}").alias(f"{prefix}k{i}") for i in range(nk)]
+        cols += [F.col(f"c{i}").alias(f"{prefix}c{i}") for i in range(nc)]
+        cols += [
+            F.col("w").alias(f"{prefix}w"),
+            F.col("tb").alias(f"{prefix}tb"),
+            F.lit(True).alias(f"{prefix}p"),
+        ]
+        if has_cat:
+            cols.append(F.col("cat").alias(f"{prefix}cat"))
+        part = inside.select(*cols).cache()
+        cached.append(part)
+        return part
+
+    sp, rp = part(s, "s_"), part(r, "r_")
+    duplicates = _duplicates(sp, rp, rules)  # the first action: it fills both caches
+
+    condition = F.col("s_k0").eqNullSafe(F.col("r_k0"))
+    for i in range(1, nk):
+        condition = condition & F.col(f"s_k{i}").eqNullSafe(F.col(f"r_k{i}"))
+    joined = sp.join(rp, condition, "full_outer")
+
+    s_p, r_p = F.col("s_p").isNotNull(), F.col("r_p").isNotNull()
+    differs = [_differs(F.col(f"s_c{i}"), F.col(f"r_c{i}"), rule) for i, rule in enumerate(rules.columns)]
+    exact_diff = [
+        ~F.col(f"s_c{i}").eqNullSafe(F.col(f"r_c{i}"))
+        for i, rule in enumerate(rules.columns)
+        if rule.kind == "numeric"
+    ]
+    status = (
+        F.when(~s_p, F.lit("missing"))
+        .when(~r_p, F.lit("extra"))
+        .when(_any(differs) if differs else F.lit(False), F.lit("changed"))
+        .when(_any(exact_diff) if exact_diff else F.lit(False), F.lit("tolerated"))
+        .otherwise(F.lit("equal"))
+    )
+    inside = (~s_p | (F.col("s_w") == 1)) & (~r_p | (F.col("r_w") == 1))
+    names = F.array(*[F.when(d, F.lit(rule.name)) for d, rule in zip(differs, rules.columns, strict=True)])
+    result = (
+        joined.withColumn("status", status)
+        .where(F.col("status") != "equal")
+        .withColumn("change", inside if rules.mode == "repair" else F.lit(False))
+        .withColumn("diff_cols", F.array_compact(names) if differs else F.array().cast("array<string>"))
+        .withColumn("tb_row", F.coalesce(F.col("s_tb"), F.col("r_tb")))
+        .withColumn("cat_row", F.coalesce(F.col("s_cat"), F.col("r_cat")) if has_cat else F.lit(None))
+        .cache()
+    )
+    cached.append(result)
+
+    # one action: counts by every dimension the report needs, rolled up here
+    counts: dict[tuple[str, bool], int] = {}
+    by_column: dict[tuple[str, bool], int] = {}
+    by_bucket: dict[int, dict[str, int]] = {}
+    by_category: dict[str | None, dict[str, int]] = {}
+    grouped = (
+        result.groupBy("status", "change", "tb_row", "cat_row", "diff_cols")
+        .agg(F.count(F.lit(1)).alias("n"))
+        .collect()
+    )
+    for row in grouped:
+        kind, change, n = row["status"], bool(row["change"]), int(row["n"])
+        counts[(kind, change)] = counts.get((kind, change), 0) + n
+        for name in row["diff_cols"] or ():
+            by_column[(name, change)] = by_column.get((name, change), 0) + n
+        if kind == "tolerated":
+            continue
+        label = ("change_" if change else "") + kind
+        bucket = by_bucket.setdefault(int(row["tb_row"]), {})
+        bucket[label] = bucket.get(label, 0) + n
+        category = by_category.setdefault(row["cat_row"], {})
+        category[label] = category.get(label, 0) + n
+
+    # one action: the first `samples` rows of each kind, in key order
+    samples: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    if rules.samples:
+        order = [F.coalesce(F.col(f"s_k{i}"), F.col(f"r_k{i}")) for i in range(nk)]
+        ranked = result.where(F.col("status") != "tolerated").withColumn(
+            "rank", F.row_number().over(Window.partitionBy("status", "change").orderBy(*order))
+        )
+        for row in ranked.where(F.col("rank") <= rules.samples).orderBy("status", "change", "rank").collect():
+            d = row.asDict()
+            samples.setdefault((d["status"], bool(d["change"])), []).append(
+                _sample_row(d, d["status"], rules)
+            )
+
+    def columns(change: bool) -> dict[str, int]:
+        found = {name: n for (name, ch), n in by_column.items() if ch == change}
+        return dict(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    return {
+        "record": {
+            "missing": counts.get(("missing", False), 0),
+            "extra": counts.get(("extra", False), 0),
+            "duplicates": {"staging": duplicates["staging"], "reference": duplicates["reference"]},
+            "missing_sample": samples.get(("missing", False), []),
+            "extra_sample": samples.get(("extra", False), []),
+            "duplicate_sample": duplicates["sample"],
+        },
+        "state": {
+            "changed": counts.get(("changed", False), 0),
+            "within_tolerance": counts.get(("tolerated", False), 0) + counts.get(("tolerated", True), 0),
+            "by_column": columns(False),
+            "changed_sample": samples.get(("changed", False), []),
+        },
+        "changes": {
+            "missing": counts.get(("missing", True), 0),
+            "extra": counts.get(("extra", True), 0),
+            "changed": counts.get(("changed", True), 0),
+            "by_column": columns(True),
+            "missing_sample": samples.get(("missing", True), []),
+            "extra_sample": samples.get(("extra", True), []),
+            "changed_sample": samples.get(("changed", True), []),
+        },
+        "_by_bucket": by_bucket,
+        "_by_category": by_category if has_cat else {},
+    }
+
+
+def _differs(s: Column, r: Column, rule: ColumnRule) -> Column:
+    """True when both rows exist and the column differs under its rule."""
+    from pyspark.sql import functions as F
+
+    if rule.kind == "timestamp" and rule.precision_us > 1:
+        s = _int_floor(F.unix_micros(s.cast("timestamp")), rule.precision_us)
+        r = _int_floor(F.unix_micros(r.cast("timestamp")), rule.precision_us)
+    both = F.col("s_p").isNotNull() & F.col("r_p").isNotNull()
+    if rule.kind == "numeric":
+        sd, rd = s.cast("double"), r.cast("double")
+        close = F.abs(sd - rd) <= F.lit(rule.abs) + F.lit(rule.rel) * F.abs(rd)
+        equal = F.when(s.isNull() & r.isNull(), F.lit(rule.nulls_equal)).otherwise(
+            F.coalesce(s.eqNullSafe(r) & s.isNotNull() | close, F.lit(False))
+        )
+    elif rule.nulls_equal:
+        equal = s.eqNullSafe(r)
+    else:
+        equal = F.coalesce(s == r, F.lit(False))
+    return both & ~equal
+
+
+def _duplicates(sp: DataFrame, rp: DataFrame, rules: Rules) -> dict[str, Any]:
+    """Keys found more than once on a side, among the drilled rows (one Spark action)."""
+    from pyspark.sql import functions as F
+
+    nk = len(rules.key)
+    both = sp.select(*[F.col(f"s_k{i}").alias(f"k{i}") for i in range(nk)], F.lit("staging").alias("side"))
+    both = both.unionByName(
+        rp.select(*[F.col(f"r_k{i}").alias(f"k{i}") for i in range(nk)], F.lit("reference").alias("side"))
+    )
+    keys = [f"k{i}" for i in range(nk)]
+    dup = both.groupBy("side", *keys).agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1)
+    limit = 10_000
+    rows = dup.orderBy("side", *keys).limit(limit).collect()
+    out: dict[str, Any] = {"staging": 0, "reference": 0, "sample": []}
+    for row in rows:
+        d = row.asDict()
+        out[d["side"]] += 1
+        if sum(1 for x in out["sample"] if x["side"] == d["side"]) < rules.samples:
+            key = {k: plain(d[f"k{i}"]) for i, k in enumerate(rules.key)}
+            out["sample"].append({"side": d["side"], "key": key, "rows": int(d["n"])})
+    return out
+
+
+def _sample_row(d: dict[str, Any], kind: str, rules: Rules) -> dict[str, Any]:
+    prefix = "r_" if kind == "missing" else "s_"
+    row: dict[str, Any] = {
+        "key": {k: plain(d[f"{prefix}k{i}"]) for i, k in enumerate(rules.key)},
+        "columns": list(d.get("diff_cols") or []),
+    }
+    if kind != "missing":
+        row["staging"] = {c.name: plain(d[f"s_c{i}"]) for i, c in enumerate(rules.columns)}
+    if kind != "extra":
+        row["reference"] = {c.name: plain(d[f"r_c{i}"]) for i, c in enumerate(rules.columns)}
+    tb = d.get("tb_row")
+    row["bucket"] = bucket_label(int(tb), rules) if tb is not None else None
+    return row
+
+
+def plain(value: Any) -> Any:
+    """A value as JSON can hold it: times in ISO-8601, decimals as text, bytes as base64."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if hasattr(value, "asDict"):
+        return plain(value.asDict())
+    return value
+
+
+def bucket_label(tb: int, rules: Rules) -> str:
+    if rules.bucket_column is None:
+        return "all"
+    if tb == NULL_BUCKET:
+        return "null"
+    start = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=tb * rules.bucket_us)
+    return start.strftime("%Y-%m-%dT%H:00Z" if rules.granularity == "hour" else "%Y-%m-%d")
+
+
+def _attach_buckets(
+    result: dict[str, Any], buckets: list[dict[str, Any]], by_bucket: dict[int, dict[str, int]], rules: Rules
+) -> None:
+    out = []
+    for b in buckets:
+        diffs = by_bucket.get(b["tb"], {})
+        out.append(
+            {
+                "bucket": bucket_label(b["tb"], rules),
+                **{k: v for k, v in b.items() if k != "tb"},
+                "missing": diffs.get("missing", 0),
+                "extra": diffs.get("extra", 0),
+                "changed": diffs.get("changed", 0),
+                "changes": sum(n for k, n in diffs.items() if k.startswith("change_")),
+            }
+        )
+    result["buckets"] = {
+        "time_column": rules.bucket_column,
+        "granularity": rules.granularity if rules.bucket_column else None,
+        "rows": out,
+        "truncated": len(buckets) >= MAX_BUCKETS,
+    }
+
+
+def _categories(
+    s: DataFrame, r: DataFrame, by_category: dict[str | None, dict[str, int]], rules: Rules
+) -> dict[str, Any] | None:
+    """Rows per category value on each side (one narrow aggregation) and differences per value."""
+    from pyspark.sql import functions as F
+
+    if rules.category is None:
+        return None
+    both = s.select("cat", F.lit(0).alias("side")).unionByName(r.select("cat", F.lit(1).alias("side")))
+    rows = (
+        both.groupBy("cat")
+        .agg(
+            F.sum(F.when(F.col("side") == 0, 1).otherwise(0)).alias("n_s"),
+            F.sum(F.when(F.col("side") == 1, 1).otherwise(0)).alias("n_r"),
+        )
+        .orderBy(F.desc(F.col("n_s") + F.col("n_r")), "cat")
+        .limit(MAX_CATEGORIES + 1)
+        .collect()
+    )
+    out = []
+    for row in rows[:MAX_CATEGORIES]:
+        diffs = by_category.get(row["cat"], {})
+        out.append(
+            {
+                "value": row["cat"],
+                "staging_rows": int(row["n_s"]),
+                "reference_rows": int(row["n_r"]),
+                "missing": diffs.get("missing", 0),
+                "extra": diffs.get("extra", 0),
+                "changed": diffs.get("changed", 0),
+                "changes": sum(n for k, n in diffs.items() if k.startswith("change_")),
+            }
+        )
+    return {"column": rules.category, "rows": out, "truncated": len(rows) > MAX_CATEGORIES}
