@@ -327,8 +327,16 @@ def test_repair_promote_rollback_promote_and_cleanup(tmp_path: Path, pg: str) ->
     make_target(pg, name, 100)
     pg_exec(
         pg,
-        "DO $$ BEGIN CREATE ROLE rewind_reader; EXCEPTION WHEN duplicate_object THEN NULL; END $$",
-        f"GRANT SELECT ON public.{name} TO rewind_reader",
+        f"CREATE ROLE {name}_reader",
+        f"GRANT SELECT ON public.{name} TO {name}_reader",
+    )
+    # order 5 was moved past the window by a later event (a row with lineage): it must stay
+    pg_exec(
+        pg,
+        f"UPDATE public.{name} SET amount = 55, _rewind_source_topic = 'orders', "
+        "_rewind_source_partition = 0, _rewind_source_offset = 9000, "
+        "_rewind_source_timestamp = '2026-10-02Z', _rewind_run_id = 'live' "
+        "WHERE order_id = 5",
     )
     sink = sink_on(pg, f"public.{name}", tmp_path)
     assert "staging is a copy of it" in sink.check(SCHEMA)
@@ -345,9 +353,10 @@ def test_repair_promote_rollback_promote_and_cleanup(tmp_path: Path, pg: str) ->
     assert swap.already_done is False and swap.after["rows"] == 101
     new = table_rows(sink, name)
     assert len(new) == 101 and new[1] == (0.5, 1001) and new[50] == old[50] and new[101] == (7.0, 2000)
+    assert new[5] == old[5] == (55.0, 9000)  # not regressed to the window's older event
     assert table_rows(sink, prev) == old
     assert index_names(pg, name) == original_indexes  # the swapped-in table has the target's names
-    assert pg_exec(pg, f"SELECT has_table_privilege('rewind_reader', 'public.{name}', 'SELECT')") == [(True,)]
+    assert pg_exec(pg, f"SELECT has_table_privilege('{name}_reader', 'public.{name}', 'SELECT')") == [(True,)]
     assert pg_exec(pg, f"SELECT note FROM public.{name} WHERE order_id = 101") == [("live",)]  # defaults kept
     assert sink.promote(staging).already_done is True  # a re-run after a kill before the ledger update
 
@@ -371,6 +380,7 @@ def test_repair_promote_rollback_promote_and_cleanup(tmp_path: Path, pg: str) ->
     assert (line, ident) > tuple(
         pg_exec(pg, f"SELECT max(line), max(ident) FROM public.{name} WHERE order_id < 999999")[0]
     )
+    pg_exec(pg, f"DROP OWNED BY {name}_reader", f"DROP ROLE {name}_reader")
 
 
 def test_sqlite_repair_promote_and_rollback(tmp_path: Path) -> None:

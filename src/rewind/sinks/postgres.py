@@ -1466,32 +1466,39 @@ class _Backend:
         raise NotImplementedError
 
 
-def _order_sql(left: str, right: str, minus_infinity: str) -> str:
-    """``left`` comes before ``right`` in event order (SQL row comparison)."""
+def _event_row(alias: str, minus_infinity: str, with_id: bool) -> str:
+    """The event order of a row as a SQL row value: (source time, partition, offset[, event id])."""
     ts, part, off, eid = (_q(c) for c in ORDER_COLS)
-
-    def row(alias: str) -> str:
-        return f"(COALESCE({alias}.{ts}, {minus_infinity}), {alias}.{part}, {alias}.{off}, {alias}.{eid})"
-
-    return f"{row(left)} < {row(right)}"
+    tail = f", {alias}.{eid}" if with_id else ""
+    return f"(COALESCE({alias}.{ts}, {minus_infinity}), {alias}.{part}, {alias}.{off}{tail})"
 
 
 def _conflict_sql(ref: str, columns: list[str], conflict: list[str], mode: Mode, sqlite: bool) -> str:
     """The ON CONFLICT clause: ``append`` skips, ``upsert`` replaces unless the row there is later.
 
-    ``ref`` names the staging table in the statement. A row already there is replaced when it
-    is not from this run (a copied target row, an earlier backfill) or comes from an earlier
-    event; so the order in which units commit does not matter, and a re-applied row (same
-    event id) changes nothing.
+    ``ref`` names the staging table in the statement. The row of the latest event wins:
+
+    * a row of this run is replaced by a row of a later event (ties broken by event id), so
+      the order in which units commit does not matter and a re-applied row changes nothing;
+    * a row not of this run (a copied target row, an earlier backfill) is replaced unless it
+      comes from a later source record: a window's replay never regresses a key that live
+      traffic (with lineage) moved past the window; a tie on the source record goes to this
+      run (a re-run with a fixed transform wins); rows without lineage are always replaced.
     """
     keys = ", ".join(_q(c) for c in conflict)
     sets = ", ".join(f"{_q(c)} = EXCLUDED.{_q(c)}" for c in columns if c not in conflict)
     if mode == "append" or not sets:
         return f"ON CONFLICT ({keys}) DO NOTHING"
+    inf = "''" if sqlite else "'-infinity'"
     distinct = "IS NOT" if sqlite else "IS DISTINCT FROM"
-    other_run = f"{ref}.{_q(RUN_COL)} {distinct} EXCLUDED.{_q(RUN_COL)}"
-    earlier = _order_sql(ref, "EXCLUDED", "''" if sqlite else "'-infinity'")
-    return f"ON CONFLICT ({keys}) DO UPDATE SET {sets} WHERE {other_run} OR {earlier}"
+    run, off = _q(RUN_COL), _q(ORDER_COLS[2])
+    other_run = (
+        f"({ref}.{run} {distinct} EXCLUDED.{run} AND ({ref}.{off} IS NULL "
+        f"OR {_event_row(ref, inf, False)} <= {_event_row('EXCLUDED', inf, False)}))"
+    )
+    later = f"{_event_row(ref, inf, True)} < {_event_row('EXCLUDED', inf, True)}"
+    same_run = f"({ref}.{run} = EXCLUDED.{run} AND {later})"
+    return f"ON CONFLICT ({keys}) DO UPDATE SET {sets} WHERE {other_run} OR {same_run}"
 
 
 class _Postgres(_Backend):
