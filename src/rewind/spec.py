@@ -1098,7 +1098,8 @@ class PostgresSink(_Model):
     url: str | None = Field(
         default=None,
         description=(
-            "`postgresql://user@host/db`. Default: from the settings. Keep passwords out of "
+            "`postgresql://user@host/db` (or `sqlite:///file.db`, the embedded SQL sink). Default: "
+            "the ledger's URL when it is PostgreSQL. Keep passwords out of "
             "spec files (use the settings or PGPASSWORD)."
         ),
     )
@@ -1122,8 +1123,13 @@ class PostgresSink(_Model):
     @field_validator("url")
     @classmethod
     def _url(cls, url: str | None) -> str | None:
-        if url is not None and not re.match(r"postgres(ql)?(\+\w+)?://", url):
-            raise _Bad("not a PostgreSQL URL", "like postgresql://user@host:5432/db", got=url)
+        # sqlite:/// is the embedded SQL sink (the same table semantics, one process)
+        if url is not None and not re.match(r"(postgres(ql)?(\+\w+)?|sqlite)://", url):
+            raise _Bad(
+                "not a PostgreSQL or SQLite URL",
+                "like postgresql://user@host:5432/db or sqlite:///path/to/file.db",
+                got=url,
+            )
         return url
 
 
