@@ -113,3 +113,24 @@ def _alive(lease: Any) -> bool:
     from datetime import UTC, datetime
 
     return bool(lease.expires_at and lease.expires_at > datetime.now(UTC))
+
+
+def cleanup_run(settings: Settings, run_id: str) -> dict[str, Any]:
+    """``rewind cleanup RUN``: drop what the run left behind in its sink (see each sink's ``cleanup``).
+
+    Refused while the run holds a live lease (it may still be writing) or is running.
+    """
+    from rewind.job.service import _ledger
+
+    with _ledger(settings) as ledger:
+        run = ledger.get_run(run_id)
+        sink, staging = _sink_and_staging(settings, ledger, run_id)
+        live = ledger.lease(sink.target)
+        if run.state == "running" and live is not None and live.holder == run_id and _alive(live):
+            raise RewindError(f"run {run_id} is running (lease held until {live.expires_at}); stop it first")
+        cleanup = getattr(sink, "cleanup", None)
+        if cleanup is None:
+            raise RewindError(f"the {sink.kind} sink has nothing to clean up")
+        result = cleanup(staging)
+        ledger.audit(run_id, "cleanup", result)
+        return {"run_id": run_id, "state": run.state, "cleanup": result}

@@ -283,6 +283,24 @@ class IcebergSink:
 
         return rollback(self, staging, promoted)
 
+    def cleanup(self, staging: IcebergStaging) -> dict[str, Any]:
+        """Remove the staging: the branch (its data stays in main if it was promoted) or the
+        staging table (only while it was not promoted: a promoted staging table IS the target).
+        Idempotent."""
+        if staging.created_table:
+            if self._load(staging.table) is None:
+                return {
+                    "removed": None,
+                    "note": "staging table already gone (or promoted under the target name)",
+                }
+            self.catalog.drop_table(staging.table)
+            return {"removed": f"table {staging.table}"}
+        table = self._load(staging.table)
+        if table is None or staging.branch not in table.metadata.refs:
+            return {"removed": None, "note": f"branch {staging.branch} already gone"}
+        table.manage_snapshots().remove_branch(staging.branch).commit()
+        return {"removed": f"branch {staging.branch} of {staging.table}"}
+
     # -- reading --------------------------------------------------------------------------
 
     def read(self, spark: SparkSession, staging: IcebergStaging) -> DataFrame:
