@@ -330,7 +330,7 @@ def _iso(column: pa.Array) -> list[Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    text = column.cast(pa.timestamp("us", column.type.tz)).cast(pa.string())
+    text = column.cast(pa.timestamp("us", column.type.tz), safe=False).cast(pa.string())
     return _plain(pc.replace_substring(text, " ", "T"))
 
 

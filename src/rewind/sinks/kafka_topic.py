@@ -1,12 +1,12 @@
 """Kafka topic sink: a run's output goes to a topic of its own, then is published to consumers.
 
-Staging is a dedicated backfill topic, ``<source topic>.backfill.<run id>`` unless the spec
-names one. Rewind creates it with the source topic's partition count and replication factor
-(or ``sink.kafka.partitions``) and with the source's topic configs, over which the spec's
-``sink.kafka.configs`` win. Two configs are NOT copied: ``retention.ms`` defaults to ``-1``
-and ``message.timestamp.type`` to ``CreateTime``, because the records carry their SOURCE
-timestamps (event time, often months old): a time-based retention would find them expired at
-once, and LogAppendTime would overwrite them. ``rewind cleanup RUN`` deletes the topic.
+Staging is a dedicated backfill topic, ``<source topic>.backfill.<run id>`` (the first source
+topic) unless the spec names one. Rewind creates it with the source topic's partition count
+and replication factor (or ``sink.kafka.partitions``) and with the source's topic configs,
+over which the spec's ``sink.kafka.configs`` win. Two configs are NOT copied: ``retention.ms``
+defaults to ``-1`` and ``message.timestamp.type`` to ``CreateTime``, because the records carry
+their SOURCE timestamps (event time, often months old): a time-based retention would find
+them expired at once, and LogAppendTime would overwrite them. ``rewind cleanup RUN`` deletes the topic.
 
 Records: see :mod:`rewind.sinks.kafka_records` (value = JSON of the user columns, key = the
 business key, lineage in headers, timestamp = the source timestamp). A record keeps its
@@ -26,11 +26,13 @@ read publications from it.
 Exactly once per work unit. :meth:`KafkaTopicSink.commit` makes a batch of units part of the
 topic together with their marker, and the sink, not the ledger, knows which units are done:
 
-* ``sink.kafka.transactional: true`` — the data and the marker are ONE Kafka transaction of
-  the transactional id ``rewind-<run id>-commit``, the same on every resume, so the next
-  commit's ``init_transactions`` fences a zombie of the run and aborts what it left open. On
-  a broker whose ``read_committed`` works (Apache Kafka, Redpanda) a consumer reading
-  ``read_committed`` sees each commit all at once or not at all, and never an aborted one.
+* ``sink.kafka.transactional: true`` — the data and the marker of a commit (one wave of
+  units) are ONE Kafka transaction of the transactional id ``rewind-<run id>-commit``, the
+  same on every resume, so the next commit's ``init_transactions`` fences a zombie of the run
+  and aborts what it left open. On a broker whose ``read_committed`` works (Apache Kafka,
+  Redpanda) a consumer reading ``read_committed`` sees each commit all at once or not at all,
+  and never an aborted one (a ``read_uncommitted`` consumer does see aborted attempts: the
+  topic's consumers must use ``read_committed``).
 * on a broker whose ``read_committed`` returns aborted records (the embedded tansu 0.6;
   ``rewind doctor`` reports ``read_committed: wrong-answer``), and without ``transactional``
   on any broker, every record that reached the log stays visible. Two rules keep the topic
@@ -40,7 +42,9 @@ topic together with their marker, and the sink, not the ledger, knows which unit
   the offsets the run's last marker started from, collects the event ids of the run that are
   already there (an interrupted commit's records), and does not produce them again. So the
   topic holds each output row once when the run ends; what is weaker is atomicity: while a
-  commit is interrupted, consumers can see part of it (until resume completes it).
+  commit is interrupted, consumers can see part of it (until resume completes it). The
+  check costs one read of the topic from the last commit's start (at most a wave of rows)
+  per process; on a working broker it finds nothing, because aborted records stay hidden.
 
 Both rules rest on one writer per run: the run's lease makes a second live driver impossible,
 and with ``transactional`` the broker fences a zombie driver; without it, a driver that lost
@@ -54,8 +58,11 @@ the 16 partitions make that rare, and a read that waits too long fails with that
 
 Large volumes: the runner hands Parquet files to the driver, so :meth:`KafkaTopicSink.commit`
 produces from one process (librdkafka batching, ``linger.ms=20``, lz4 unless configured, one
-poll per 20k rows, Python's garbage collector paused in the loop); see ``bench/sink_kafka.py``
-for its rate against a bare produce loop.
+poll per 20k rows, JSON built inside the produce loop, Python's garbage collector paused in
+it): a bottleneck of one core, accepted for now. ``bench/sink_kafka.py`` measures it against a
+bare produce loop of the same records (0.6-0.8 of its rate on the 2-core test machine). The
+bookkeeping partition is read from its start by prepare, resume, promote and rollback (a
+sink remembers its own commits in between), which stays cheap while it is compacted.
 
 Crash points for fault tests (``REWIND_FAULT``, see :mod:`rewind.job.faults`):
 ``kafka-commit-mid-produce`` (after each batch of 20k rows), ``kafka-commit-before-marker``
@@ -794,10 +801,11 @@ class KafkaTopicSink:
             _create_topics(admin, [new])
             _wait_for_topic(self.conf, self.bookkeeping, BOOKKEEPING_PARTITIONS)
         elif len(meta.partitions) != BOOKKEEPING_PARTITIONS:
+            n = BOOKKEEPING_PARTITIONS
             raise KafkaSinkError(
-                f"{self.bookkeeping} has {len(meta.partitions)} partitions, Rewind writes it with "
-                f"{BOOKKEEPING_PARTITIONS} (a run's records go to crc32(run id) % {BOOKKEEPING_PARTITIONS}); "
-                "it was created or changed by something else: restore it or set another bookkeeping topic"
+                f"{self.bookkeeping} has {len(meta.partitions)} partitions; Rewind creates it with "
+                f"{n} and finds a run's records at crc32(run id) % {n}, so it was created or changed "
+                f"by something else: recreate it with {n} partitions (cleanup.policy=compact)"
             )
 
     def _write_bookkeeping(self, key: str, value: dict[str, Any], topic: str | None = None) -> None:
@@ -979,6 +987,8 @@ class _CommitWriter:
 
     def produce_files(self, files: list[str], skipped_units: list[str], present: set[str]) -> tuple[int, int]:
         """Produce every row not of ``skipped_units`` and not ``present``; (rows, produced)."""
+        from confluent_kafka import KafkaException
+
         from rewind.sinks.kafka_records import RecordEncoder
 
         assert self.producer is not None
@@ -997,9 +1007,14 @@ class _CommitWriter:
                     encoded = encoder.encode(batch)
                     partitions = _target_partitions(batch, encoded, same)
                     keep = [e not in present for e in encoded.event_ids] if present else None
-                    produced += encoder.produce(
-                        encoded, producer.produce, self._when_full, self.staging.topic, partitions, keep
-                    )
+                    try:
+                        produced += encoder.produce(
+                            encoded, producer.produce, self._when_full, self.staging.topic, partitions, keep
+                        )
+                    except KafkaException as exc:  # refused before sending: too large, unknown partition
+                        raise KafkaSinkError(
+                            f"Kafka refused a record of {path} for {self.staging.topic}: {_short(exc)}"
+                        ) from exc
                     del encoded
                 rows += batch.num_rows
                 producer.poll(0)
