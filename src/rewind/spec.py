@@ -1148,7 +1148,10 @@ class KafkaSink(_Model):
     )
     transactional: bool = Field(
         default=False,
-        description="Write each work unit in one Kafka transaction (consumers use read_committed).",
+        description=(
+            "Write each commit (a wave of work units, with its bookkeeping marker) in one Kafka "
+            "transaction; consumers read with read_committed."
+        ),
     )
     configs: dict[str, str] = Field(
         default_factory=dict,
