@@ -3,7 +3,9 @@ SIGKILL the n-th time (default 1st) the run passes ``point``. Unset, it costs on
 
 Points: ``after-plan`` (plan stored, run not started), ``mid-wave`` (Spark job of a wave
 running), ``after-quarantine-commit``, ``after-sink-commit`` (output committed, ledger not
-updated), ``after-ledger-update``.
+updated), ``after-ledger-update``. The Kafka sink adds ``kafka-commit-mid-produce``,
+``kafka-commit-before-marker`` and ``kafka-commit-before-end``; the archive its own
+``archive-*`` points.
 """
 
 from __future__ import annotations
