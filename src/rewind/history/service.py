@@ -30,9 +30,12 @@ def run_archive(
     """One pass (or a continuous archive until ``duration_s`` or Ctrl-C), then compaction if asked."""
     from rewind.history.archive import archive_once, start_continuous
     from rewind.history.compact import compact_archive
+    from rewind.history.schema import split_name
     from rewind.spark import session
 
-    spark = session(settings)
+    split_name(table)
+    if not topics:
+        raise HistoryError("name at least one topic to archive")
     out: dict[str, Any] = {
         "table": table,
         "topics": list(topics),
@@ -40,14 +43,18 @@ def run_archive(
     }
     if not continuous:
         result = archive_once(
-            settings, topics, table, spark=spark, allow_loss=allow_loss, max_offsets=max_offsets
+            settings,
+            topics,
+            table,
+            allow_loss=allow_loss,
+            max_offsets=max_offsets,  # Spark only if needed
         )
         if on_commit is not None and result.committed:
             on_commit(result)
         out["passes"] = [result.to_dict()]
     else:
         runner = start_continuous(
-            spark,
+            session(settings),
             settings,
             topics,
             table,
@@ -99,8 +106,10 @@ def run_query(
 ) -> dict[str, Any]:
     """Run ``sql`` over the view ``history`` of the window; up to ``limit`` rows and the plan's summary."""
     from rewind.history.query import collect_rows, parse_declared, query_history, window_from_bounds
+    from rewind.history.schema import split_name
     from rewind.spark import session
 
+    split_name(archive)
     window = window_from_bounds(topics, start, end)
     spark = session(settings)
     started = time.monotonic()
