@@ -484,6 +484,82 @@ def _empty_drill() -> dict[str, Any]:
     }
 
 
+class _Tally:
+    """Counts and samples of the classified rows, filled row by row (driver side)."""
+
+    def __init__(self, rules: Rules) -> None:
+        self.rules = rules
+        self.counts: dict[tuple[str, bool], int] = {}
+        self.by_column: dict[tuple[str, bool], int] = {}
+        self.by_bucket: dict[int, dict[str, int]] = {}
+        self.by_category: dict[str | None, dict[str, int]] = {}
+        self.samples: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+        self.duplicates: dict[str, dict[tuple[Any, ...], int]] = {"staging": {}, "reference": {}}
+
+    def add(self, kind: str, change: bool, n: int, diff_cols: Any, tb: Any, cat: Any) -> None:
+        self.counts[(kind, change)] = self.counts.get((kind, change), 0) + n
+        for name in diff_cols or ():
+            self.by_column[(name, change)] = self.by_column.get((name, change), 0) + n
+        if kind == "tolerated":
+            return
+        label = ("change_" if change else "") + kind
+        bucket = self.by_bucket.setdefault(int(tb), {})
+        bucket[label] = bucket.get(label, 0) + n
+        category = self.by_category.setdefault(cat, {})
+        category[label] = category.get(label, 0) + n
+
+    def result(self, has_cat: bool) -> dict[str, Any]:
+        counts, samples = self.counts, self.samples
+
+        def columns(change: bool) -> dict[str, int]:
+            found = {name: n for (name, ch), n in self.by_column.items() if ch == change}
+            return dict(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
+
+        dup_sample = [
+            {"side": side, "key": dict(zip(self.rules.key, key, strict=True)), "rows": n}
+            for side in ("staging", "reference")
+            for key, n in sorted(self.duplicates[side].items(), key=lambda kv: _order(kv[0]))[
+                : self.rules.samples
+            ]
+        ]
+        return {
+            "record": {
+                "missing": counts.get(("missing", False), 0),
+                "extra": counts.get(("extra", False), 0),
+                "duplicates": {side: len(keys) for side, keys in self.duplicates.items()},
+                "missing_sample": samples.get(("missing", False), []),
+                "extra_sample": samples.get(("extra", False), []),
+                "duplicate_sample": dup_sample,
+            },
+            "state": {
+                "changed": counts.get(("changed", False), 0),
+                "within_tolerance": counts.get(("tolerated", False), 0) + counts.get(("tolerated", True), 0),
+                "by_column": columns(False),
+                "changed_sample": samples.get(("changed", False), []),
+            },
+            "changes": {
+                "missing": counts.get(("missing", True), 0),
+                "extra": counts.get(("extra", True), 0),
+                "changed": counts.get(("changed", True), 0),
+                "by_column": columns(True),
+                "missing_sample": samples.get(("missing", True), []),
+                "extra_sample": samples.get(("extra", True), []),
+                "changed_sample": samples.get(("changed", True), []),
+            },
+            "_by_bucket": self.by_bucket,
+            "_by_category": self.by_category if has_cat else {},
+        }
+
+
+def _order(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A sort key for key tuples that may hold nulls."""
+    return tuple((v is None, str(type(v)), v if v is not None else 0) for v in values)
+
+
+LOCAL_ROWS = 50_000
+"""Classified rows up to this many are tallied on the driver in one Spark action."""
+
+
 def _drill(
     s: DataFrame,
     r: DataFrame,
@@ -493,7 +569,11 @@ def _drill(
     rules: Rules,
     cached: list[DataFrame],
 ) -> dict[str, Any]:
-    """Join the rows of the differing cells on the key and classify them (four Spark actions)."""
+    """Join the rows of the differing cells on the key and classify them.
+
+    One Spark action when at most :data:`LOCAL_ROWS` rows differ (they are tallied on the
+    driver); otherwise the counts and samples are aggregated in Spark (three more actions).
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -508,8 +588,8 @@ def _drill(
     def part(df: DataFrame, prefix: str) -> DataFrame:
         kb = F.col("kh").bitwiseAND(mask) if mask is not None else F.col("kh")
         inside = df.withColumn("kb", kb).join(wanted, ["w", "tb", "kb"], "left_semi")
-        cols = [F.col(f"k{i}").alias(f"{prefix}k{i}") for i in range(nk)]
-        cols += [F.col(f"c{i}").alias(f"{prefix}c{i}") for i in range(nc)]
+        keys = [F.col(f"k{i}").alias(f"{prefix}k{i}") for i in range(nk)]
+        cols = [F.col(f"c{i}").alias(f"{prefix}c{i}") for i in range(nc)]
         cols += [
             F.col("w").alias(f"{prefix}w"),
             F.col("tb").alias(f"{prefix}tb"),
@@ -517,13 +597,10 @@ def _drill(
         ]
         if has_cat:
             cols.append(F.col("cat").alias(f"{prefix}cat"))
-        part = inside.select(*cols).cache()
-        cached.append(part)
-        return part
+        same_key = Window.partitionBy(*[f"{prefix}k{i}" for i in range(nk)])
+        return inside.select(*keys, *cols).withColumn(f"{prefix}n", F.count(F.lit(1)).over(same_key))
 
     sp, rp = part(s, "s_"), part(r, "r_")
-    duplicates = _duplicates(sp, rp, rules)  # the first action: it fills both caches
-
     condition = F.col("s_k0").eqNullSafe(F.col("r_k0"))
     for i in range(1, nk):
         condition = condition & F.col(f"s_k{i}").eqNullSafe(F.col(f"r_k{i}"))
@@ -545,84 +622,75 @@ def _drill(
     )
     inside = (~s_p | (F.col("s_w") == 1)) & (~r_p | (F.col("r_w") == 1))
     names = F.array(*[F.when(d, F.lit(rule.name)) for d, rule in zip(differs, rules.columns, strict=True)])
+    duplicated = (F.coalesce(F.col("s_n"), F.lit(0)) > 1) | (F.coalesce(F.col("r_n"), F.lit(0)) > 1)
     result = (
         joined.withColumn("status", status)
-        .where(F.col("status") != "equal")
+        .where((F.col("status") != "equal") | duplicated)
         .withColumn("change", inside if rules.mode == "repair" else F.lit(False))
         .withColumn("diff_cols", F.array_compact(names) if differs else F.array().cast("array<string>"))
         .withColumn("tb_row", F.coalesce(F.col("s_tb"), F.col("r_tb")))
         .withColumn("cat_row", F.coalesce(F.col("s_cat"), F.col("r_cat")) if has_cat else F.lit(None))
-        .cache()
     )
-    cached.append(result)
+    tally = _Tally(rules)
+    local = result.limit(LOCAL_ROWS + 1).toArrow().to_pylist()
+    if len(local) <= LOCAL_ROWS:
+        _tally_rows(tally, local, rules)
+        return tally.result(has_cat)
 
-    # one action: counts by every dimension the report needs, rolled up here
-    counts: dict[tuple[str, bool], int] = {}
-    by_column: dict[tuple[str, bool], int] = {}
-    by_bucket: dict[int, dict[str, int]] = {}
-    by_category: dict[str | None, dict[str, int]] = {}
-    grouped = (
-        result.groupBy("status", "change", "tb_row", "cat_row", "diff_cols")
+    result = result.cache()
+    cached.append(result)
+    classified = result.where(F.col("status") != "equal")
+    for row in (
+        classified.groupBy("status", "change", "tb_row", "cat_row", "diff_cols")
         .agg(F.count(F.lit(1)).alias("n"))
         .collect()
-    )
-    for row in grouped:
-        kind, change, n = row["status"], bool(row["change"]), int(row["n"])
-        counts[(kind, change)] = counts.get((kind, change), 0) + n
-        for name in row["diff_cols"] or ():
-            by_column[(name, change)] = by_column.get((name, change), 0) + n
-        if kind == "tolerated":
-            continue
-        label = ("change_" if change else "") + kind
-        bucket = by_bucket.setdefault(int(row["tb_row"]), {})
-        bucket[label] = bucket.get(label, 0) + n
-        category = by_category.setdefault(row["cat_row"], {})
-        category[label] = category.get(label, 0) + n
-
-    # one action: the first `samples` rows of each kind, in key order
-    samples: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    ):
+        tally.add(
+            row["status"], bool(row["change"]), int(row["n"]), row["diff_cols"], row["tb_row"], row["cat_row"]
+        )
     if rules.samples:
         order = [F.coalesce(F.col(f"s_k{i}"), F.col(f"r_k{i}")) for i in range(nk)]
-        ranked = result.where(F.col("status") != "tolerated").withColumn(
+        ranked = classified.where(F.col("status") != "tolerated").withColumn(
             "rank", F.row_number().over(Window.partitionBy("status", "change").orderBy(*order))
         )
-        for row in ranked.where(F.col("rank") <= rules.samples).orderBy("status", "change", "rank").collect():
-            d = row.asDict()
-            samples.setdefault((d["status"], bool(d["change"])), []).append(
+        for d in (
+            ranked.where(F.col("rank") <= rules.samples)
+            .orderBy("status", "change", "rank")
+            .toArrow()
+            .to_pylist()
+        ):
+            tally.samples.setdefault((d["status"], bool(d["change"])), []).append(
                 _sample_row(d, d["status"], rules)
             )
+    for side, prefix in (("staging", "s_"), ("reference", "r_")):
+        keys = [f"{prefix}k{i}" for i in range(nk)]
+        dups = result.where(F.col(f"{prefix}n") > 1).select(*keys, f"{prefix}n").distinct()
+        for d in dups.limit(10_000).toArrow().to_pylist():
+            tally.duplicates[side][tuple(plain(d[k]) for k in keys)] = int(d[f"{prefix}n"])
+    return tally.result(has_cat)
 
-    def columns(change: bool) -> dict[str, int]:
-        found = {name: n for (name, ch), n in by_column.items() if ch == change}
-        return dict(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
 
-    return {
-        "record": {
-            "missing": counts.get(("missing", False), 0),
-            "extra": counts.get(("extra", False), 0),
-            "duplicates": {"staging": duplicates["staging"], "reference": duplicates["reference"]},
-            "missing_sample": samples.get(("missing", False), []),
-            "extra_sample": samples.get(("extra", False), []),
-            "duplicate_sample": duplicates["sample"],
-        },
-        "state": {
-            "changed": counts.get(("changed", False), 0),
-            "within_tolerance": counts.get(("tolerated", False), 0) + counts.get(("tolerated", True), 0),
-            "by_column": columns(False),
-            "changed_sample": samples.get(("changed", False), []),
-        },
-        "changes": {
-            "missing": counts.get(("missing", True), 0),
-            "extra": counts.get(("extra", True), 0),
-            "changed": counts.get(("changed", True), 0),
-            "by_column": columns(True),
-            "missing_sample": samples.get(("missing", True), []),
-            "extra_sample": samples.get(("extra", True), []),
-            "changed_sample": samples.get(("changed", True), []),
-        },
-        "_by_bucket": by_bucket,
-        "_by_category": by_category if has_cat else {},
-    }
+def _tally_rows(tally: _Tally, rows: list[dict[str, Any]], rules: Rules) -> None:
+    """Counts, samples and duplicates of the classified rows, on the driver."""
+    nk = len(rules.key)
+    keyed: dict[tuple[str, bool], list[tuple[tuple[Any, ...], dict[str, Any]]]] = {}
+    for d in rows:
+        for side, prefix in (("staging", "s_"), ("reference", "r_")):
+            if (d.get(f"{prefix}n") or 0) > 1:
+                key = tuple(plain(d[f"{prefix}k{i}"]) for i in range(nk))
+                tally.duplicates[side][key] = int(d[f"{prefix}n"])
+        kind = d["status"]
+        if kind == "equal":
+            continue
+        change = bool(d["change"])
+        tally.add(kind, change, 1, d["diff_cols"], d["tb_row"], d["cat_row"])
+        if kind != "tolerated" and rules.samples:
+            prefix = "r_" if kind == "missing" else "s_"
+            key = tuple(d[f"{prefix}k{i}"] for i in range(nk))
+            keyed.setdefault((kind, change), []).append((key, d))
+    for group, items in keyed.items():
+        items.sort(key=lambda item: _order(item[0]))
+        tally.samples[group] = [_sample_row(d, group[0], rules) for _, d in items[: rules.samples]]
 
 
 def _differs(s: Column, r: Column, rule: ColumnRule) -> Column:
@@ -644,29 +712,6 @@ def _differs(s: Column, r: Column, rule: ColumnRule) -> Column:
     else:
         equal = F.coalesce(s == r, F.lit(False))
     return both & ~equal
-
-
-def _duplicates(sp: DataFrame, rp: DataFrame, rules: Rules) -> dict[str, Any]:
-    """Keys found more than once on a side, among the drilled rows (one Spark action)."""
-    from pyspark.sql import functions as F
-
-    nk = len(rules.key)
-    both = sp.select(*[F.col(f"s_k{i}").alias(f"k{i}") for i in range(nk)], F.lit("staging").alias("side"))
-    both = both.unionByName(
-        rp.select(*[F.col(f"r_k{i}").alias(f"k{i}") for i in range(nk)], F.lit("reference").alias("side"))
-    )
-    keys = [f"k{i}" for i in range(nk)]
-    dup = both.groupBy("side", *keys).agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1)
-    limit = 10_000
-    rows = dup.orderBy("side", *keys).limit(limit).collect()
-    out: dict[str, Any] = {"staging": 0, "reference": 0, "sample": []}
-    for row in rows:
-        d = row.asDict()
-        out[d["side"]] += 1
-        if sum(1 for x in out["sample"] if x["side"] == d["side"]) < rules.samples:
-            key = {k: plain(d[f"k{i}"]) for i, k in enumerate(rules.key)}
-            out["sample"].append({"side": d["side"], "key": key, "rows": int(d["n"])})
-    return out
 
 
 def _sample_row(d: dict[str, Any], kind: str, rules: Rules) -> dict[str, Any]:

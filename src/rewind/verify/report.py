@@ -218,7 +218,7 @@ def svg_columns(
     ymax, ticks = _nice(float(peak))
     y = lambda v: top + plot_h - (v / ymax) * plot_h  # noqa: E731
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'<svg width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}">',
         f'<text x="{left}" y="16" class="ct">{_e(title)}</text>',
     ]
@@ -283,7 +283,7 @@ def svg_rows(
     xmax, _ = _nice(float(peak))
     plot_w = width - left - right
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'<svg width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}">',
         f'<text x="8" y="16" class="ct">{_e(title)}</text>',
     ]
