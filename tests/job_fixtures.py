@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,37 @@ def quarantine_rows(settings: Any, table: str, run_id: str) -> list[dict[str, An
     scan = load_catalog(settings).load_table(table).scan(row_filter=EqualTo("run_id", run_id))
     rows = scan.to_arrow().to_pylist()
     return sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"]))
+
+
+# -- child processes -------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+REWIND_BIN = str(Path(sys.executable).with_name("rewind"))
+"""The ``rewind`` command of the interpreter running the tests."""
+
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""Driver JVM options for child processes that run one short Spark job: without the C2
+compiler's threads the JVM starts and runs a small job much faster on a loaded 2-core machine
+(measured: `rewind run` of 2,400 records 42-45 s instead of 65-78 s). Behaviour is unchanged."""
+
+
+def child_env(settings: Any, **extra: str) -> dict[str, str]:
+    """The environment of a ``rewind`` child process using ``settings``' broker and state folder.
+
+    The repository is on PYTHONPATH (the specs name ``tests.job_fixtures`` functions), no
+    other ``REWIND_*`` variable leaks in, and the driver JVM starts quickly (:data:`QUICK_JVM`,
+    with Rewind's own log4j configuration kept).
+    """
+    import os
+
+    log4j = (REPO / "src/rewind/spark/log4j2.properties").as_uri()
+    java = f"-Dlog4j2.configurationFile={log4j} {QUICK_JVM}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        REWIND_BOOTSTRAP_SERVERS=settings.kafka.bootstrap_servers or "",
+        REWIND_STATE_DIR=str(settings.state_path),
+        REWIND_SPARK_CONF=json.dumps({"spark.driver.extraJavaOptions": java}),
+        **extra,
+    )
+    return env

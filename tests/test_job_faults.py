@@ -11,7 +11,6 @@ leases taken directly through the ledger.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -29,7 +28,6 @@ from rewind.spec import JobSpec, parse_spec
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
 
-REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 2
 RECORDS = 2400
 UNIT_RECORDS = 300  # 8 units; the driver runs 2 per wave, so 4 waves
@@ -72,14 +70,7 @@ class World:
         )
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
-        env.update(
-            PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-            REWIND_BOOTSTRAP_SERVERS=self.settings.kafka.bootstrap_servers or "",
-            REWIND_STATE_DIR=str(self.settings.state_path),
-            **extra,
-        )
-        return env
+        return jf.child_env(self.settings, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +193,7 @@ def test_kill_resume_and_compare_with_a_clean_run(world: World, chain: str) -> N
         _check_after_kill(world, spec, run_id, fault, step)
 
     if chain == "branch":  # the last step through the CLI, as a user would
-        proc = _child(world, [str(REPO / ".venv/bin/rewind"), "resume", run_id, "--json"])
+        proc = _child(world, [jf.REWIND_BIN, "resume", run_id, "--json"])
         assert proc.returncode == 0, proc.stderr[-3000:]
         outcome = json.loads(proc.stdout)
     else:
@@ -308,7 +299,7 @@ def test_a_crashed_holders_lease_expires_and_resume_takes_it_over(world: World) 
     from rewind.ledger import LeaseHeld
 
     table = f"faults.expiry_{uuid.uuid4().hex[:6]}"
-    spec = parse_spec({**world.spec(table), "run": {"work_unit_records": UNIT_RECORDS, "lease_ttl_s": 3}})
+    spec = parse_spec({**world.spec(table), "run": {"work_unit_records": UNIT_RECORDS, "lease_ttl_s": 4}})
     ttl = spec.run.lease_ttl_s
     plan = plan_job(world.settings, spec)
     target = make_sink(world.settings, spec).target
