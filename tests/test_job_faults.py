@@ -208,8 +208,9 @@ def test_kill_resume_and_compare_with_a_clean_run(world: World, chain: str) -> N
         live = [r for r in got if r["_rewind_run_id"] == "live"]
         assert len(live) == 1  # cut from main, which still holds only the live row
         got = [r for r in got if r["_rewind_run_id"] != "live"]
-        main = catalog.load_table(table).scan().to_arrow().to_pylist()
-        assert [r["_rewind_event_id"] for r in main] == ["live-0"]
+        target = catalog.load_table(table)
+        assert [r["_rewind_event_id"] for r in target.scan().to_arrow().to_pylist()] == ["live-0"]
+        assert outcome["staging"]["base_snapshot_id"] == target.snapshot_by_name("main").snapshot_id
     assert {r["_rewind_run_id"] for r in got} == {run_id}
     ids = [r["_rewind_event_id"] for r in got]
     assert len(ids) == len(set(ids))
@@ -332,3 +333,37 @@ def test_a_crashed_holders_lease_expires_and_resume_takes_it_over(world: World) 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> None:
+    from rewind.job.components import make_sink
+    from rewind.job.service import run_job, show_run
+    from rewind.ledger import LeaseLost
+
+    table = f"faults.usurped_{uuid.uuid4().hex[:6]}"
+    spec = parse_spec({**world.spec(table), "run": {"work_unit_records": UNIT_RECORDS, "lease_ttl_s": 3}})
+    target = make_sink(world.settings, spec).target
+    seen: list[str] = []
+
+    def usurp(progress: Any) -> None:
+        """After the first wave another run takes the target (as after an expiry)."""
+        if seen:
+            return
+        seen.append(progress.run_id)
+        with _ledger(world) as ledger:
+            assert ledger.release(target, progress.run_id)
+            ledger.acquire(target, "r-usurper", 60, owner="other-host:1")
+        time.sleep(spec.run.lease_ttl_s / 3 + 0.8)  # one heartbeat: the keeper finds it gone
+
+    try:
+        with pytest.raises(LeaseLost) as caught:
+            run_job(world.settings, spec, progress=usurp, units_per_wave=2)
+    finally:
+        with _ledger(world) as ledger:
+            ledger.release(target, "r-usurper", owner="other-host:1")
+    run_id = seen[0]
+    assert "r-usurper" in str(caught.value)
+    shown = show_run(world.settings, run_id)
+    assert shown["state"] == "failed" and "lost its lease" in shown["error"]
+    assert shown["units_by_state"] == {"done": 2, "pending": 6}
+    assert len(_committed_units(world, spec, run_id)) == 2  # nothing written after the loss
