@@ -3,13 +3,15 @@
 Same run, same broker, same topic (default 2,000,000 records of 200 bytes, 8 partitions):
 
   (a) raw fetch: a bare confluent-kafka batch consume loop (read_committed, as Rewind reads);
-  (b) archive: one ``rewind archive`` pass, Kafka → Iceberg (plan, Spark read, Parquet files
-      written from tasks, one commit with the high-water);
+  (b) archive: one ``rewind archive`` pass, Kafka → Iceberg (plan, Spark tasks fetching and
+      writing Parquet files, one commit with the high-water); b2 the same pass reading through
+      the ``rewind-kafka`` reader and ``mapInArrow`` (``via="reader"``);
   (c) history from the archive alone (a declared log start at the end of the log, so the
       history plan takes every offset from the lake), with Spark:
         c1 count (reads the coordinate columns the range filter needs),
-        c2 a JSON-decoding job (from_json on every value, then an aggregate);
-  (d) the same two Spark jobs over the same records read from Kafka (``rewind-kafka``);
+        c2 a JSON-decoding job (from_json on every value, then an aggregate),
+        c3 a value scan (every key and value read, nothing decoded);
+  (d) the same three Spark jobs over the same records read from Kafka (``rewind-kafka``);
   (e) pyarrow reading the archive's Parquet files directly (every column), and
       ``iter_history`` (pyiceberg + pyarrow, no Spark) over the same window.
 
@@ -56,6 +58,11 @@ def json_job(df: Any) -> list[Any]:
     return events.groupBy("e.status").agg(F.count(F.lit(1)), F.sum("e.amount")).collect()
 
 
+def value_scan(df: Any) -> list[Any]:
+    """Every record's value and key read, nothing decoded: the cost of the source itself."""
+    return df.selectExpr("sum(length(value))", "count(key)").collect()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=2_000_000)
@@ -92,9 +99,13 @@ def main() -> None:
 
         t0 = time.perf_counter()
         result = archive_once(settings, [topic], "bench.history_archive", spark=spark)
-        rates["b_archive"] = n / (time.perf_counter() - t0)
+        rates["b1_archive"] = n / (time.perf_counter() - t0)
         assert result.records == n, result.to_dict()
         facts["archive_files"] = result.files
+        t0 = time.perf_counter()
+        result = archive_once(settings, [topic], "bench.history_archive_reader", spark=spark, via="reader")
+        rates["b2_archive_via_reader"] = n / (time.perf_counter() - t0)
+        assert result.records == n, result.to_dict()
 
         # history from the lake alone: retention "removed" everything (declared log start = end)
         catalog = load_catalog(settings)
@@ -110,6 +121,8 @@ def main() -> None:
         rates["d1_kafka_spark_count"] = best_of(args.runs, n, lambda: assert_count(kafka.count(), n))
         rates["c2_lake_spark_json"] = best_of(args.runs, n, lambda: json_job(lake))
         rates["d2_kafka_spark_json"] = best_of(args.runs, n, lambda: json_job(kafka))
+        rates["c3_lake_spark_value_scan"] = best_of(args.runs, n, lambda: value_scan(lake))
+        rates["d3_kafka_spark_value_scan"] = best_of(args.runs, n, lambda: value_scan(kafka))
 
         iceberg = catalog.load_table("bench.history_archive")
         files = plan_files(iceberg, plan.archive_ranges())
@@ -132,9 +145,12 @@ def main() -> None:
     shutil.rmtree(state, ignore_errors=True)
 
     ratios = {
-        "archive / raw fetch (b/a)": rates["b_archive"] / rates["a_raw_fetch"],
+        "archive / raw fetch (b1/a)": rates["b1_archive"] / rates["a_raw_fetch"],
+        "archive in tasks / via reader (b1/b2)": rates["b1_archive"] / rates["b2_archive_via_reader"],
         "lake / Kafka, Spark count (c1/d1)": rates["c1_lake_spark_count"] / rates["d1_kafka_spark_count"],
         "lake / Kafka, Spark JSON job (c2/d2)": rates["c2_lake_spark_json"] / rates["d2_kafka_spark_json"],
+        "lake / Kafka, Spark value scan (c3/d3)": rates["c3_lake_spark_value_scan"]
+        / rates["d3_kafka_spark_value_scan"],
         "lake Spark JSON job / raw fetch (c2/a)": rates["c2_lake_spark_json"] / rates["a_raw_fetch"],
         "lake Spark count / pyarrow direct (c1/e1)": rates["c1_lake_spark_count"]
         / rates["e1_pyarrow_parquet_direct"],

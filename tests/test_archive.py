@@ -128,7 +128,7 @@ def test_passes_are_incremental_exact_and_keep_the_schema(hist: Settings, spark:
     assert json.loads(props[HW_PROPERTY]) == {f"{topic}/0": 150, f"{topic}/1": 150}
 
     sent += produce(conf, topic, 2, 300, 101)
-    second = archive_once(hist, [topic], table, spark=spark)
+    second = archive_once(hist, [topic], table, spark=spark, via="reader")  # the rewind-kafka reader path
     assert second.records == 101
     assert second.partitions[f"{topic}/0"]["from"] == 150
     third = archive_once(hist, [topic], table, spark=spark)

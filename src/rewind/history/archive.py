@@ -15,9 +15,12 @@ A pass, in order (:func:`archive_once`):
    partition starts at its log start); a high-water below the log start is data lost before
    it was archived: an error, or with ``allow_loss`` a ``lost`` range recorded and skipped;
    a high-water above the log end (topic recreated) is always an error;
-3. read the ranges with Spark (``rewind-kafka``, option ``ranges``, ``read_committed``) and
-   write Parquet files into the table's data folder from the tasks
-   (:mod:`rewind.history.archive_files`); each task also reports the runs of offsets it saw;
+3. read the ranges in Spark tasks and write Parquet files into the table's data folder from
+   the tasks (:mod:`rewind.history.archive_files`): by default each task runs the
+   ``rewind-kafka`` reader's fetch loop itself (``read_committed``), so records do not cross
+   into the JVM and back; ``via="reader"`` uses ``spark.read.format("rewind-kafka")`` with the
+   ``ranges`` option and ``mapInArrow`` instead (the same tasks, about half the throughput,
+   measured in ``bench/history.py``); each task also reports the runs of offsets it saw;
 4. turn runs into gaps (offsets inside the ranges that the broker skipped: transaction
    markers, aborted records, compaction) and append them to ``<table>__gaps``; then fault
    point ``archive-before-commit``;
@@ -54,7 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rewind.history import spans
-from rewind.history.archive_files import RESULT_SCHEMA, ArchiveFiles, TaskContext
+from rewind.history.archive_files import RESULT_SCHEMA, ArchiveFiles, FetchAndArchive, TaskContext
 from rewind.history.exceptions import (
     ArchiveConflictError,
     ArchiveLossError,
@@ -76,7 +79,7 @@ from rewind.history.schema import (
     open_gaps,
     tp_key,
 )
-from rewind.kafka.ranges import OffsetRange
+from rewind.kafka.ranges import OffsetRange, group_for_tasks
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -89,7 +92,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Mode = Literal["once", "continuous"]
+ReadVia = Literal["tasks", "reader"]
 CHUNK_RECORDS = 500_000
+RANGES_PER_TASK = 4  # as the rewind-kafka reader: one consumer fetches several partitions at once
+POLL_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -251,6 +257,15 @@ def data_folder(table: Table) -> str:
     return f"{table.location().rstrip('/')}/data"
 
 
+def _parallelism(spark: SparkSession) -> int:
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # Spark Connect has no SparkContext
+        import os
+
+        return os.cpu_count() or 2
+
+
 def write_ranges(
     spark: SparkSession,
     settings: Settings,
@@ -258,35 +273,51 @@ def write_ranges(
     folder: str,
     *,
     chunk_records: int = CHUNK_RECORDS,
+    via: ReadVia = "tasks",
     source: DataFrame | None = None,
     floors: Mapping[TP, int] | None = None,
 ) -> Written:
-    """Step 3: read the pass's ranges with ``rewind-kafka`` and write archive files from tasks.
+    """Step 3: read the pass's ranges and write archive files from Spark tasks.
 
-    ``source`` replaces the batch read (a stream's micro-batch); ``floors`` drops records
-    below a per-partition offset (a replayed micro-batch).
+    ``via="tasks"`` (default): each task reads its ranges itself with the ``rewind-kafka``
+    reader's fetch loop and writes the records, which never cross into the JVM;
+    ``via="reader"``: ``spark.read.format("rewind-kafka")`` with the ``ranges`` option, then
+    ``mapInArrow``. Both cut the ranges into the same tasks (chunks of ``chunk_records``,
+    grouped by :func:`rewind.kafka.ranges.group_for_tasks`). ``source`` replaces the read (a
+    stream's micro-batch); ``floors`` drops records below a per-partition offset (a replayed
+    micro-batch).
     """
     chunks = [c for r in archive_pass.ranges if r.size > 0 for c in r.split(chunk_records)]
-    if source is None:
-        if not chunks:
-            return Written()
-        reader = (
-            spark.read.format("rewind-kafka")
-            .option("ranges", json.dumps([c.to_dict() for c in chunks]))
-            .option("includeHeaders", "true")
-            .option("minPartitions", str(max(1, spark.sparkContext.defaultParallelism)))
-        )
-        for key, value in settings.kafka_config().items():
-            reader = reader.option(f"kafka.{key}", str(value))
-        source = reader.load()
+    if source is None and not chunks:
+        return Written()
     ctx = TaskContext(
         archive_pass.pass_id,
         folder,
         archive_pass.started_at_us,
         {tp_key(*tp): o for tp, o in (floors or {}).items()},
     )
+    results: DataFrame
+    if source is not None:
+        results = source.mapInArrow(ArchiveFiles(ctx), RESULT_SCHEMA)
+    elif via == "tasks":
+        tasks = [
+            [c.to_dict() for c in t] for t in group_for_tasks(chunks, RANGES_PER_TASK, _parallelism(spark))
+        ]
+        fetch = FetchAndArchive(ctx, settings.kafka_config(), tasks, POLL_TIMEOUT_S)
+        results = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(fetch, RESULT_SCHEMA)
+    else:
+        reader = (
+            spark.read.format("rewind-kafka")
+            .option("ranges", json.dumps([c.to_dict() for c in chunks]))
+            .option("includeHeaders", "true")
+            .option("rangesPerTask", str(RANGES_PER_TASK))
+            .option("minPartitions", str(_parallelism(spark)))
+        )
+        for key, value in settings.kafka_config().items():
+            reader = reader.option(f"kafka.{key}", str(value))
+        results = reader.load().mapInArrow(ArchiveFiles(ctx), RESULT_SCHEMA)
     written = Written()
-    for row in source.mapInArrow(ArchiveFiles(ctx), RESULT_SCHEMA).collect():
+    for row in results.collect():
         tp = (row.topic, row.partition)
         if row.kind == "file":
             written.files.append((row.payload, int(row.rows)))
@@ -485,6 +516,7 @@ def archive_once(
     declared_log_start: Mapping[TP, int] | None = None,
     max_offsets: int | None = None,
     chunk_records: int = CHUNK_RECORDS,
+    via: ReadVia = "tasks",
     catalog: Catalog | None = None,
 ) -> PassResult:
     """One archive pass (steps 1-5 of the module docstring); see :class:`PassResult`."""
@@ -509,7 +541,7 @@ def archive_once(
 
             spark = session(settings)
         written = write_ranges(
-            spark, settings, archive_pass, data_folder(iceberg), chunk_records=chunk_records
+            spark, settings, archive_pass, data_folder(iceberg), chunk_records=chunk_records, via=via
         )
     return commit_pass(catalog, iceberg, archive_pass, written, started=started)
 

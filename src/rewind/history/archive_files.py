@@ -187,6 +187,34 @@ class ArchiveFiles:
             yield pa.RecordBatch.from_pylist(result, schema=result_arrow_schema())
 
 
+class FetchAndArchive:
+    """The ``mapInArrow`` function of a pass read inside its tasks: ids of tasks in, results out.
+
+    Each id names one task's ranges (distinct Kafka partitions, read together by one consumer
+    with :func:`rewind.spark.kafka_fetch.fetch_ranges`, the hot loop of the ``rewind-kafka``
+    reader), and the records go straight into :class:`ArchiveFiles`. Records never cross into
+    the JVM and back, which the reader + ``mapInArrow`` path costs (measured about twice as
+    slow, see ``bench/history.py``).
+    """
+
+    def __init__(
+        self, ctx: TaskContext, conf: dict[str, Any], tasks: list[list[dict[str, Any]]], poll_timeout_s: float
+    ) -> None:
+        self.ctx, self.conf, self.tasks, self.poll_timeout_s = ctx, conf, tasks, poll_timeout_s
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from rewind.kafka.ranges import OffsetRange
+        from rewind.spark.kafka_fetch import fetch_ranges
+
+        for batch in batches:
+            for task_id in batch.column(0).to_pylist():
+                ranges = [OffsetRange.from_dict(d) for d in self.tasks[task_id]]
+                records = fetch_ranges(
+                    self.conf, ranges, include_headers=True, poll_timeout_s=self.poll_timeout_s
+                )
+                yield from ArchiveFiles(self.ctx)(records)
+
+
 def _runs(offsets: Any) -> list[list[int]]:
     """``[[start, end), ...]`` runs of consecutive offsets, from a sorted numpy array."""
     import numpy as np
