@@ -272,3 +272,10 @@ def child_env(settings: Any, **extra: str) -> dict[str, str]:
         **extra,
     )
     return env
+
+
+def breaks_contract_late(events: pd.DataFrame) -> Any:
+    """Fine on the first records (the plan's sample), then returns something that is not a frame."""
+    if (events["order_id"] > 2000).any():
+        return "not a frame"
+    return events[["_rewind_row", "order_id", "amount"]]

@@ -315,3 +315,44 @@ def _flatten(reasons: dict[str, Any], prefix: str = "") -> dict[str, int]:
         else:
             out[label] = int(value)
     return out
+
+
+def test_a_translate_breaking_its_contract_mid_run_fails_the_run_with_one_line(
+    job: Job, topic_name: str
+) -> None:
+    """The plan's sample passes; a later unit makes the function return a string. The task's
+    own error reaches the caller and the ledger as one line; earlier waves stay committed."""
+    from rewind.job.service import list_runs, run_job, show_run
+    from rewind.spark.job_stage import StageError
+
+    conf = job.settings.kafka_config()
+    create_topic(conf, topic_name, 1)
+    jf.produce_orders(conf, topic_name, jf.order_events(2000, 1))  # order ids 1000..2999
+    schema = {"order_id": "long", "amount": "double"}
+    spec = parse_spec(
+        jf.order_spec(
+            "late-break",
+            topic_name,
+            "shop.late_break",
+            unit_records=500,
+            translate={
+                "function": "tests.job_fixtures:breaks_contract_late",
+                "version": "1",
+                "output_schema": schema,
+            },
+        )
+    )
+    with pytest.raises(StageError) as caught:
+        run_job(job.settings, spec, units_per_wave=2)
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1
+    assert message.endswith(
+        "TranslateOutputError: translate.function tests.job_fixtures:breaks_contract_late returned a str; "
+        "expected a pandas DataFrame or a TranslateResult"
+    ), message
+    run_id = next(r["run_id"] for r in list_runs(job.settings) if r["name"] == "late-break")
+    shown = show_run(job.settings, run_id)
+    assert shown["state"] == "failed" and shown["error"] == f"StageError: {message}"
+    assert shown["units_by_state"] == {"done": 2, "failed": 2}
+    staging = jf.staging_table(job.settings, shown["staging"]).to_pylist()
+    assert sorted({r["_rewind_source_offset"] // 500 for r in staging}) == [0, 1]  # the first wave only

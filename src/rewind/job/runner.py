@@ -305,7 +305,14 @@ def _run_wave(
     )
     spark = session(settings)  # before arming: the kill must land in the job, not in Spark's start
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
-    outputs = run_wave(spark, ctx)
+    try:
+        outputs = run_wave(spark, ctx)
+    except Exception as exc:  # the wave's units are not done: say why in the ledger
+        try:
+            ledger.fail_units(run_id, [u.id for u in wave], _one_line(exc))
+        except Exception:  # best effort: the wave's own error is the one to raise
+            log.warning("could not record the failed units of run %s", run_id, exc_info=True)
+        raise
     bad = [o for o in outputs.values() if not o.counts.conserved]
     if bad:
         c = bad[0].counts

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rewind.errors import RewindError
 from rewind.job.units import UnitCounts, WorkUnit
 
 if TYPE_CHECKING:
@@ -24,6 +26,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 RESULT_SCHEMA = "unit_id string, data_file string, quarantine_file string, counts string"
+
+_ERROR_LINE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))(?:: (.*))?")
+
+
+class StageError(RewindError):
+    """A Spark task of a wave failed; the message is the task's own error, on one line."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +212,13 @@ def run_wave(spark: SparkSession, ctx: StageContext) -> dict[str, UnitOutput]:
         reader = reader.option("maxRecordsPerSecond", str(ctx.max_records_per_second))
         reader = reader.option("rateLimitId", ctx.rate_limit_id or ctx.run_id)
     process: Any = ProcessUnits(ctx)  # a callable object; Spark's stubs want a function
-    results = reader.load().mapInArrow(process, RESULT_SCHEMA).collect()
+    try:
+        results = reader.load().mapInArrow(process, RESULT_SCHEMA).collect()
+    except Exception as exc:
+        if isinstance(exc, RewindError):
+            raise
+        what = f"a Spark task of a wave of {len(ctx.units)} units failed"
+        raise StageError(f"{what}: {task_error(exc)}") from exc
     outputs = {u.id: UnitOutput(u.id) for u in ctx.units}
     for row in results:
         out = outputs[row.unit_id]
@@ -212,3 +226,15 @@ def run_wave(spark: SparkSession, ctx: StageContext) -> dict[str, UnitOutput]:
         out.quarantine_files += json.loads(row.quarantine_file)
         out.counts.add(UnitCounts.from_dict(json.loads(row.counts)))
     return outputs
+
+
+def task_error(exc: BaseException) -> str:
+    """The task's own error out of a Spark exception: its text ends with the Python traceback
+    of the worker, whose last line is ``module.ErrorClass: message``."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        match = _ERROR_LINE.fullmatch(line)
+        if match:
+            name = match.group(1).rsplit(".", 1)[-1]
+            return f"{name}: {match.group(2)}" if match.group(2) else name
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
