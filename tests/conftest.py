@@ -7,6 +7,7 @@ on what a broker gets wrong ask :func:`broker_is_embedded` rather than assume.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -56,7 +57,15 @@ def bootstrap(session_dir: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def settings(session_dir: Path, bootstrap: str) -> Settings:
     """Settings pointing at the test broker, with catalog and ledger in a temp folder."""
-    env = {"REWIND_STATE_DIR": str(session_dir / "state"), "REWIND_BOOTSTRAP_SERVERS": bootstrap}
+    env = {
+        "REWIND_STATE_DIR": str(session_dir / "state"),
+        "REWIND_BOOTSTRAP_SERVERS": bootstrap,
+        # test jobs are small: a JVM that starts fast (client JIT, serial GC) beats one that
+        # runs fast; measured 42 s instead of 65-78 s for a whole `rewind run` under load
+        "REWIND_SPARK_CONF": json.dumps(
+            {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+        ),
+    }
     return load_settings(env=env, cwd=session_dir)
 
 

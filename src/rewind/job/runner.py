@@ -172,6 +172,7 @@ def execute(
                     f"run {run_id}: read {counts.records_read} != emitted {counts.emitted} + quarantined "
                     f"{counts.quarantined} + filtered {counts.filtered}"
                 )
+            _forget_pacing(run_id)
             ledger.set_state(run_id, "succeeded", totals=counts.to_dict())
             ledger.audit(run_id, "run-succeeded", counts.to_dict())
             return RunOutcome(
@@ -196,6 +197,13 @@ def execute(
     except Exception as exc:
         ledger.set_state(run_id, "failed", error=_one_line(exc))
         raise
+
+
+def _forget_pacing(run_id: str) -> None:
+    """Remove the run's shared read-pacing file (a resume would start a fresh one anyway)."""
+    from rewind.spark.ratelimit import default_state_dir, remove_shared_state
+
+    remove_shared_state(default_state_dir(), f"read-{run_id}")
 
 
 def _one_line(exc: BaseException) -> str:

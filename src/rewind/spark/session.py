@@ -59,7 +59,11 @@ def session(settings: Settings | None = None, app_name: str | None = None) -> Sp
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
-    conf.update(settings.spark.conf)
+    for key, value in settings.spark.conf.items():
+        if key == "spark.driver.extraJavaOptions" and key in conf:
+            conf[key] = f"{conf[key]} {value}"  # keep Rewind's quiet logging, add the user's
+        else:
+            conf[key] = value
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
