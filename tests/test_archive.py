@@ -312,3 +312,28 @@ def test_a_replayed_micro_batch_commits_nothing_twice(hist: Settings, spark: Any
     runner.on_batch(batch(), 0)  # the replay
     assert len(runner.results) == 1 and runner.results[0].records == 20
     assert_exactly(archived_rows(hist, table), topic, {0: 50})
+
+
+def test_offsets_gone_before_archiving_fail_the_pass_or_are_recorded_lost(hist: Settings, spark: Any) -> None:
+    from rewind.catalog import load_catalog
+    from rewind.history.exceptions import ArchiveLossError, HistoryGapError
+    from rewind.history.plan import plan_history
+
+    conf = hist.kafka_config()
+    topic = f"arch-loss-{uuid.uuid4().hex[:8]}"
+    table = f"lake.loss_{uuid.uuid4().hex[:8]}"
+    create_topic(conf, topic, 1)
+    produce(conf, topic, 1, 0, 50)
+    archive_once(hist, [topic], table, spark=spark)
+    produce(conf, topic, 1, 50, 50)
+    retention = {(topic, 0): 80}  # [50, 80) left Kafka before the next pass
+    with pytest.raises(ArchiveLossError, match=r"offsets \[50, 80\)"):
+        archive_once(hist, [topic], table, spark=spark, declared_log_start=retention)
+    result = archive_once(hist, [topic], table, spark=spark, declared_log_start=retention, allow_loss=True)
+    assert result.lost == [{"topic": topic, "partition": 0, "start": 50, "end": 80}] and result.records == 20
+    assert recorded_gaps(load_catalog(hist), table)[((topic, 0), "lost")] == [(50, 80)]
+    with pytest.raises(HistoryGapError, match=rf"{topic}/0 \[50, 80\)"):
+        plan_history(hist, [topic], table, declared_log_start=retention)
+    plan = plan_history(hist, [topic], table, declared_log_start={(topic, 0): 100}, allow_gaps=True)
+    assert [(g.start, g.end, g.kind) for g in plan.gaps()] == [(50, 80, "lost")]
+    assert plan.partitions[0].expected_archive_records == 70

@@ -35,6 +35,7 @@ _EXPORTS = {
     "iter_history": "rewind.history.iterate",
     "iter_plan": "rewind.history.iterate",
     "query_history": "rewind.history.query",
+    "window_from_bounds": "rewind.history.query",
     "ArchiveState": "rewind.history.schema",
     "archive_state": "rewind.history.schema",
 }
