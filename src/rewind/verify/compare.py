@@ -57,11 +57,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FIRST_BITS = 12
-"""Key-hash bits of the first level: 4096 cells per time bucket."""
+FIRST_BITS = 8
+"""Key-hash bits of the first level: 256 cells per time bucket (64 per bucket and category)."""
+CACHE_ROWS = 4_000_000
+"""The rows of the differing cells are cached for the next levels when at most this many."""
 MAX_BITS = 62
 NULL_BUCKET = -(2**62)
 """Time bucket of rows whose time is null."""
+NULL_CATEGORY = "\x00null"
+"""Category of rows whose category is null (a cell key must not be null: it is joined on)."""
 MAX_BUCKETS = 5000
 """Time buckets returned for the report (the earliest ones)."""
 MAX_CATEGORIES = 30
@@ -116,34 +120,57 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
     keys with samples), ``state`` (changed rows by column with side-by-side samples),
     ``changes`` (repair mode: the differences inside the window), ``buckets``,
     ``categories``, ``bisection`` (one entry per level) and ``seconds`` per step.
+
+    Passes over the data: one when nothing differs (the first level, coarse cells); when
+    something does, one more that keeps the rows of the differing cells (cached when they
+    are few enough), from which the finer levels and the drill-down are computed.
     """
     from pyspark.sql import functions as F
 
     timer = Timer()
     types = spark_types(staging)
     with timer.step("prepare"):
-        s = _prepare(staging, rules, types, side=0, name="staging")
-        r = _prepare(reference, rules, types, side=1, name="reference")
-    narrow = s.select("w", "tb", "kh", "h", F.lit(0).alias("side")).unionByName(
-        r.select("w", "tb", "kh", "h", F.lit(1).alias("side"))
-    )
+        s = _prepare(staging, rules, types, side=0, name="staging").withColumn("side", F.lit(0))
+        r = _prepare(reference, rules, types, side=1, name="reference").withColumn("side", F.lit(1))
+        bits = _first_bits(staging, rules)
+    keys = cell_keys(rules)
+    wide = s.unionByName(r)
+    narrow = wide.select(*keys, "kh", "h", "side")
 
     cached: list[DataFrame] = []
     try:
-        levels: list[dict[str, Any]] = []
-        bits, cells = FIRST_BITS, None
-        buckets: list[dict[str, Any]] = []
-        totals: dict[str, int] = {}
+        with timer.step("level 1"):
+            agg = _cells(narrow, keys, bits, None, 0, 0).cache()
+            cached.append(agg)
+            buckets, totals, stats = _rollup(agg)  # one action; it fills the cache
+            categories = _category_rollup(agg, rules)
+        differing = agg.where(_cell_differs())
+        levels = [_level(1, bits, stats)]
+        result: dict[str, Any] = {"rows": totals, "bisection": levels}
         sampled: dict[str, Any] | None = None
-        while True:
-            with timer.step(f"level {len(levels) + 1}"):
-                parent_cells = levels[-1]["differing_cells"] if levels else 0
-                agg = _cells(narrow, bits, cells, levels[-1]["bits"] if levels else 0, parent_cells).cache()
-                cached.append(agg)
-                differing = agg.where(_cell_differs())
-                if not levels:  # one action: the per-bucket rollup carries the differing cells
-                    buckets, totals, stats = _rollup(agg)
-                else:
+        if not stats:
+            drill = _empty_drill()
+        else:
+            # the rows of the differing cells, both sides, every column: finer levels and the
+            # drill-down read them instead of the tables
+            source = _within(wide, differing, keys, bits, levels[-1]["differing_cells"])
+            if levels[-1]["rows"] <= CACHE_ROWS:
+                source = source.cache()
+                cached.append(source)
+            while True:
+                n_cells, n_rows = levels[-1]["differing_cells"], levels[-1]["rows"]
+                dense = len(levels) > 1 and n_rows > levels[-2]["rows"] / 2
+                if n_rows <= rules.drill_rows or dense or bits >= MAX_BITS:
+                    differing, sampled = _limit_changes(differing, stats, rules)
+                    break
+                previous_bits, per_cell = bits, n_rows / max(n_cells, 1)
+                bits = min(MAX_BITS, bits + max(1, min(20, math.ceil(math.log2(max(per_cell / 2, 2))))))
+                with timer.step(f"level {len(levels) + 1}"):
+                    agg = _cells(
+                        source.select(*keys, "kh", "h", "side"), keys, bits, differing, previous_bits, n_cells
+                    ).cache()
+                    cached.append(agg)
+                    differing = agg.where(_cell_differs())
                     stats = {
                         int(row["w"]): (int(row["cells"]), int(row["rows"]))
                         for row in differing.groupBy("w")
@@ -152,40 +179,51 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
                         )
                         .collect()
                     }
-            n_cells = sum(c for c, _ in stats.values())
-            n_rows = sum(n for _, n in stats.values())
-            levels.append(
-                {"level": len(levels) + 1, "bits": bits, "differing_cells": n_cells, "rows": n_rows}
-            )
-            if not stats:
-                cells = None
-                break
-            dense = len(levels) > 1 and n_rows > levels[-2]["rows"] / 2
-            if n_rows <= rules.drill_rows or dense or bits >= MAX_BITS:
-                differing, sampled = _limit_changes(differing, stats, rules)
-                cells = differing
-                break
-            cells = differing
-            per_cell = n_rows / max(n_cells, 1)
-            bits = min(MAX_BITS, bits + max(1, min(20, math.ceil(math.log2(max(per_cell / 8, 2))))))
-
-        result: dict[str, Any] = {"rows": totals, "bisection": levels}
-        if cells is None or not levels[-1]["differing_cells"]:
-            drill = _empty_drill()
-        else:
+                levels.append(_level(len(levels) + 1, bits, stats))
             with timer.step("drill-down"):
-                drill = _drill(s, r, cells, levels[-1]["bits"], levels[-1]["differing_cells"], rules, cached)
+                drill = _drill(source, differing, keys, bits, levels[-1]["differing_cells"], rules)
         drill["changes"]["sampled"] = sampled
         by_bucket, by_category = drill.pop("_by_bucket"), drill.pop("_by_category")
         result.update(drill)
         _attach_buckets(result, buckets, by_bucket, rules)
-        with timer.step("categories"):
-            result["categories"] = _categories(s, r, by_category, rules)
+        result["categories"] = _categories(categories, by_category, rules)
         result["seconds"] = timer.steps
         return result
     finally:
         for df in cached:
             df.unpersist()
+
+
+def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[str, Any]:
+    return {
+        "level": number,
+        "bits": bits,
+        "differing_cells": sum(c for c, _ in stats.values()),
+        "rows": sum(n for _, n in stats.values()),
+    }
+
+
+def _first_bits(staging: DataFrame, rules: Rules) -> int:
+    """Key-hash bits of the first level: coarse cells, so that a pass that finds nothing is cheap.
+
+    With time buckets: 256 cells per bucket (64 per bucket and category). Without: sized on
+    staging's row count (about 1,000 rows per cell), since all rows share one bucket.
+    """
+    if rules.bucket_column is not None:
+        return FIRST_BITS - (2 if rules.category else 0)
+    rows = staging.count()
+    return max(FIRST_BITS, min(18, math.ceil(math.log2(max(rows, 1) / 1000))))
+
+
+def _within(wide: DataFrame, cells: DataFrame, keys: list[str], bits: int, n_cells: int) -> DataFrame:
+    """The rows of ``wide`` that fall in ``cells`` (at ``bits`` bits of their key hash)."""
+    from pyspark.sql import functions as F
+
+    wanted = cells.select(*keys, F.col("kb").alias("_kb"))
+    if n_cells <= BROADCAST_CELLS:
+        wanted = F.broadcast(wanted)
+    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
+    return wide.withColumn("_kb", kb).join(wanted, [*keys, "_kb"], "left_semi").drop("_kb")
 
 
 # -- step 1 and 2: scope, alignment, hashes ---------------------------------------------------
@@ -261,7 +299,7 @@ def _prepare(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int, n
     w = F.col(WINDOW_FLAG)
     if rules.bucket_column is not None:
         micros = F.unix_micros(_as_timestamp(col(rules.bucket_column), types[rules.bucket_column]))
-        tb = F.coalesce(_int_floor(micros, rules.bucket_us), F.lit(NULL_BUCKET))
+        tb = F.coalesce(_truncate(micros, rules.bucket_us), F.lit(NULL_BUCKET))
     else:
         tb = F.lit(0).cast("long")
 
@@ -269,7 +307,7 @@ def _prepare(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int, n
     values = [col(c.name).alias(f"c{i}") for i, c in enumerate(rules.columns)]
     extra = [w.cast("int").alias("w"), tb.alias("tb")]
     if rules.category is not None:
-        extra.append(col(rules.category).cast("string").alias("cat"))
+        extra.append(F.coalesce(col(rules.category).cast("string"), F.lit(NULL_CATEGORY)).alias("cat"))
     projected = df.select(*keys, *values, *extra)
 
     key_cols = [F.col(f"k{i}") for i in range(len(rules.key))]
@@ -306,14 +344,13 @@ def _as_timestamp(column: Column, spark_type: str) -> Column:
     return column.cast("timestamp") if spark_type == "date" else column
 
 
-def _int_floor(micros: Column, unit: int) -> Column:
-    """``floor(micros / unit)``, exact (also before 1970) for times up to the year 2255."""
+def _truncate(micros: Column, unit: int) -> Column:
+    """``micros`` rounded down to a multiple of ``unit`` (also before 1970), in integers."""
     from pyspark.sql import functions as F
 
     if unit == 1:
         return micros
-    remainder = F.pmod(micros, F.lit(unit).cast("long"))
-    return ((micros - remainder) / F.lit(unit)).cast("long")
+    return micros - F.pmod(micros, F.lit(unit).cast("long"))
 
 
 def _normalise(column: Column, rule: ColumnRule, spark_type: str) -> Column:
@@ -321,26 +358,36 @@ def _normalise(column: Column, rule: ColumnRule, spark_type: str) -> Column:
     from pyspark.sql import functions as F
 
     if rule.kind == "timestamp" and is_time(spark_type):
-        return _int_floor(F.unix_micros(_as_timestamp(column, spark_type)), rule.precision_us)
+        return _truncate(F.unix_micros(_as_timestamp(column, spark_type)), rule.precision_us)
     return column
 
 
 # -- step 3 and 4: cells and bisection --------------------------------------------------------
 
 
+def cell_keys(rules: Rules) -> list[str]:
+    """What a cell is, besides its key-hash bits: window flag, time bucket, category."""
+    return ["w", "tb", "cat"] if rules.category is not None else ["w", "tb"]
+
+
 def _cells(
-    narrow: DataFrame, bits: int, previous: DataFrame | None, previous_bits: int, previous_cells: int
+    narrow: DataFrame,
+    keys: list[str],
+    bits: int,
+    previous: DataFrame | None,
+    previous_bits: int,
+    previous_cells: int,
 ) -> DataFrame:
-    """Per cell (w, tb, kb): row count and hash sums of each side; only rows of ``previous`` cells."""
+    """Per cell (keys, kb): row count and hash sums of each side; only rows of ``previous`` cells."""
     from pyspark.sql import functions as F
 
     src = narrow
     if previous is not None:
-        parents = previous.select("w", "tb", F.col("kb").alias("pkb"))
+        parents = previous.select(*keys, F.col("kb").alias("pkb"))
         if previous_cells <= BROADCAST_CELLS:
             parents = F.broadcast(parents)
         src = src.withColumn("pkb", F.col("kh").bitwiseAND(F.lit((1 << previous_bits) - 1))).join(
-            parents, ["w", "tb", "pkb"], "left_semi"
+            parents, [*keys, "pkb"], "left_semi"
         )
     kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
     hi = F.shiftright(F.col("h"), 32)
@@ -350,7 +397,7 @@ def _cells(
     def total(cond: Column, value: Column) -> Column:
         return F.coalesce(F.sum(F.when(cond, value)), F.lit(0).cast("long"))
 
-    return src.groupBy("w", "tb", kb.alias("kb")).agg(
+    return src.groupBy(*keys, kb.alias("kb")).agg(
         total(staging, F.lit(1).cast("long")).alias("n_s"),
         total(reference, F.lit(1).cast("long")).alias("n_r"),
         total(staging, hi).alias("hi_s"),
@@ -433,6 +480,29 @@ def _rollup(agg: DataFrame) -> tuple[list[dict[str, Any]], dict[str, int], dict[
     return out, totals, stats
 
 
+def _category_rollup(agg: DataFrame, rules: Rules) -> list[dict[str, Any]]:
+    """Rows of each side per category value (the largest ones), from the cells."""
+    from pyspark.sql import functions as F
+
+    if rules.category is None:
+        return []
+    rows = (
+        agg.groupBy("cat")
+        .agg(F.sum("n_s").alias("n_s"), F.sum("n_r").alias("n_r"))
+        .orderBy(F.desc(F.col("n_s") + F.col("n_r")), "cat")
+        .limit(MAX_CATEGORIES + 1)
+        .collect()
+    )
+    return [
+        {
+            "value": None if row["cat"] == NULL_CATEGORY else row["cat"],
+            "n_s": int(row["n_s"]),
+            "n_r": int(row["n_r"]),
+        }
+        for row in rows
+    ]
+
+
 def _limit_changes(
     differing: DataFrame, stats: dict[int, tuple[int, int]], rules: Rules
 ) -> tuple[DataFrame, dict[str, Any] | None]:
@@ -448,7 +518,7 @@ def _limit_changes(
     if rows_in <= rules.drill_rows:
         return differing, None
     share = rules.drill_rows / rows_in
-    keep = F.xxhash64("tb", "kb").bitwiseAND(F.lit(1023)) < F.lit(max(1, int(1024 * share)))
+    keep = F.xxhash64("tb", "kb").bitwiseAND(F.lit(1023)) < F.lit(max(1, int(1024 * share)))  # whole cells
     return differing.where((F.col("w") == 0) | keep), {
         "cells": cells_in,
         "rows": rows_in,
@@ -561,34 +631,28 @@ LOCAL_ROWS = 50_000
 
 
 def _drill(
-    s: DataFrame,
-    r: DataFrame,
+    source: DataFrame,
     cells: DataFrame,
+    keys: list[str],
     bits: int,
     n_cells: int,
     rules: Rules,
-    cached: list[DataFrame],
 ) -> dict[str, Any]:
     """Join the rows of the differing cells on the key and classify them.
 
-    One Spark action when at most :data:`LOCAL_ROWS` rows differ (they are tallied on the
-    driver); otherwise the counts and samples are aggregated in Spark (three more actions).
+    ``source`` holds both sides (``side`` 0 and 1) and at least the rows of ``cells``. One
+    Spark action when at most :data:`LOCAL_ROWS` rows differ (they are tallied on the
+    driver); otherwise the counts and samples are aggregated in Spark (a few more actions).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    mask = F.lit((1 << bits) - 1) if bits < 64 else None
-    wanted = cells.select("w", "tb", "kb")
-    if n_cells <= BROADCAST_CELLS:
-        wanted = F.broadcast(wanted)
-
+    inside = _within(source, cells, keys, bits, n_cells)
     nk, nc = len(rules.key), len(rules.columns)
     has_cat = rules.category is not None
 
-    def part(df: DataFrame, prefix: str) -> DataFrame:
-        kb = F.col("kh").bitwiseAND(mask) if mask is not None else F.col("kh")
-        inside = df.withColumn("kb", kb).join(wanted, ["w", "tb", "kb"], "left_semi")
-        keys = [F.col(f"k{i}").alias(f"{prefix}k{i}") for i in range(nk)]
+    def part(side: int, prefix: str) -> DataFrame:
+        key_cols = [F.col(f"k{i}").alias(f"{prefix}k{i}") for i in range(nk)]
         cols = [F.col(f"c{i}").alias(f"{prefix}c{i}") for i in range(nc)]
         cols += [
             F.col("w").alias(f"{prefix}w"),
@@ -597,14 +661,19 @@ def _drill(
         ]
         if has_cat:
             cols.append(F.col("cat").alias(f"{prefix}cat"))
-        same_key = Window.partitionBy(*[f"{prefix}k{i}" for i in range(nk)])
-        return inside.select(*keys, *cols).withColumn(f"{prefix}n", F.count(F.lit(1)).over(same_key))
+        cols.append(F.col("kh").alias(f"{prefix}kh"))
+        # partitioned by the key hash like the join below, so that Spark shuffles once
+        same_key = Window.partitionBy(f"{prefix}kh", *[f"{prefix}k{i}" for i in range(nk)])
+        rows = inside.where(F.col("side") == side).select(*key_cols, *cols)
+        return rows.withColumn(f"{prefix}n", F.count(F.lit(1)).over(same_key))
 
-    sp, rp = part(s, "s_"), part(r, "r_")
-    condition = F.col("s_k0").eqNullSafe(F.col("r_k0"))
+    sp, rp = part(0, "s_"), part(1, "r_")
+    same = F.col("s_k0").eqNullSafe(F.col("r_k0"))
     for i in range(1, nk):
-        condition = condition & F.col(f"s_k{i}").eqNullSafe(F.col(f"r_k{i}"))
-    joined = sp.join(rp, condition, "full_outer")
+        same = same & F.col(f"s_k{i}").eqNullSafe(F.col(f"r_k{i}"))
+    # equi-join on the (never null) key hash; the keys themselves are a residual condition,
+    # written so that Spark does not make them join keys too (null-safe, hash collisions)
+    joined = sp.join(rp, (F.col("s_kh") == F.col("r_kh")) & (same == F.lit(True)), "full_outer")
 
     s_p, r_p = F.col("s_p").isNotNull(), F.col("r_p").isNotNull()
     differs = [_differs(F.col(f"s_c{i}"), F.col(f"r_c{i}"), rule) for i, rule in enumerate(rules.columns)]
@@ -620,13 +689,13 @@ def _drill(
         .when(_any(exact_diff) if exact_diff else F.lit(False), F.lit("tolerated"))
         .otherwise(F.lit("equal"))
     )
-    inside = (~s_p | (F.col("s_w") == 1)) & (~r_p | (F.col("r_w") == 1))
+    in_window = (~s_p | (F.col("s_w") == 1)) & (~r_p | (F.col("r_w") == 1))
     names = F.array(*[F.when(d, F.lit(rule.name)) for d, rule in zip(differs, rules.columns, strict=True)])
     duplicated = (F.coalesce(F.col("s_n"), F.lit(0)) > 1) | (F.coalesce(F.col("r_n"), F.lit(0)) > 1)
     result = (
         joined.withColumn("status", status)
         .where((F.col("status") != "equal") | duplicated)
-        .withColumn("change", inside if rules.mode == "repair" else F.lit(False))
+        .withColumn("change", in_window if rules.mode == "repair" else F.lit(False))
         .withColumn("diff_cols", F.array_compact(names) if differs else F.array().cast("array<string>"))
         .withColumn("tb_row", F.coalesce(F.col("s_tb"), F.col("r_tb")))
         .withColumn("cat_row", F.coalesce(F.col("s_cat"), F.col("r_cat")) if has_cat else F.lit(None))
@@ -636,9 +705,20 @@ def _drill(
     if len(local) <= LOCAL_ROWS:
         _tally_rows(tally, local, rules)
         return tally.result(has_cat)
-
     result = result.cache()
-    cached.append(result)
+    try:
+        _tally_in_spark(tally, result, rules)
+    finally:
+        result.unpersist()
+    return tally.result(has_cat)
+
+
+def _tally_in_spark(tally: _Tally, result: DataFrame, rules: Rules) -> None:
+    """Counts, samples and duplicates of many classified rows, aggregated in Spark."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    nk = len(rules.key)
     classified = result.where(F.col("status") != "equal")
     for row in (
         classified.groupBy("status", "change", "tb_row", "cat_row", "diff_cols")
@@ -667,7 +747,6 @@ def _drill(
         dups = result.where(F.col(f"{prefix}n") > 1).select(*keys, f"{prefix}n").distinct()
         for d in dups.limit(10_000).toArrow().to_pylist():
             tally.duplicates[side][tuple(plain(d[k]) for k in keys)] = int(d[f"{prefix}n"])
-    return tally.result(has_cat)
 
 
 def _tally_rows(tally: _Tally, rows: list[dict[str, Any]], rules: Rules) -> None:
@@ -698,8 +777,8 @@ def _differs(s: Column, r: Column, rule: ColumnRule) -> Column:
     from pyspark.sql import functions as F
 
     if rule.kind == "timestamp" and rule.precision_us > 1:
-        s = _int_floor(F.unix_micros(s.cast("timestamp")), rule.precision_us)
-        r = _int_floor(F.unix_micros(r.cast("timestamp")), rule.precision_us)
+        s = _truncate(F.unix_micros(s.cast("timestamp")), rule.precision_us)
+        r = _truncate(F.unix_micros(r.cast("timestamp")), rule.precision_us)
     both = F.col("s_p").isNotNull() & F.col("r_p").isNotNull()
     if rule.kind == "numeric":
         sd, rd = s.cast("double"), r.cast("double")
@@ -755,7 +834,7 @@ def bucket_label(tb: int, rules: Rules) -> str:
         return "all"
     if tb == NULL_BUCKET:
         return "null"
-    start = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=tb * rules.bucket_us)
+    start = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=tb)
     return start.strftime("%Y-%m-%dT%H:00Z" if rules.granularity == "hour" else "%Y-%m-%d")
 
 
@@ -784,32 +863,19 @@ def _attach_buckets(
 
 
 def _categories(
-    s: DataFrame, r: DataFrame, by_category: dict[str | None, dict[str, int]], rules: Rules
+    rows: list[dict[str, Any]], by_category: dict[str | None, dict[str, int]], rules: Rules
 ) -> dict[str, Any] | None:
-    """Rows per category value on each side (one narrow aggregation) and differences per value."""
-    from pyspark.sql import functions as F
-
+    """Rows per category value on each side (from the cells) and differences per value."""
     if rules.category is None:
         return None
-    both = s.select("cat", F.lit(0).alias("side")).unionByName(r.select("cat", F.lit(1).alias("side")))
-    rows = (
-        both.groupBy("cat")
-        .agg(
-            F.sum(F.when(F.col("side") == 0, 1).otherwise(0)).alias("n_s"),
-            F.sum(F.when(F.col("side") == 1, 1).otherwise(0)).alias("n_r"),
-        )
-        .orderBy(F.desc(F.col("n_s") + F.col("n_r")), "cat")
-        .limit(MAX_CATEGORIES + 1)
-        .collect()
-    )
     out = []
     for row in rows[:MAX_CATEGORIES]:
-        diffs = by_category.get(row["cat"], {})
+        diffs = by_category.get(NULL_CATEGORY if row["value"] is None else row["value"], {})
         out.append(
             {
-                "value": row["cat"],
-                "staging_rows": int(row["n_s"]),
-                "reference_rows": int(row["n_r"]),
+                "value": row["value"],
+                "staging_rows": row["n_s"],
+                "reference_rows": row["n_r"],
                 "missing": diffs.get("missing", 0),
                 "extra": diffs.get("extra", 0),
                 "changed": diffs.get("changed", 0),
