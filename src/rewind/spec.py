@@ -1350,10 +1350,11 @@ class PostgresReference(_Model):
 class SqlReference(_Model):
     """A recomputation: a Spark SQL query whose result is what staging should hold.
 
-    The query sees the temporary views ``staging`` (the run's staging, in scope), ``target``
-    (the production target, when it exists) and every view named in ``views``. Recomputing
-    straight from the Kafka window (a view of decoded events) is not offered yet: archive the
-    history into Iceberg and name it in ``views``.
+    The query sees the temporary views ``staging`` (the run's whole staging), ``target`` (the
+    production target, when it exists) and every view named in ``views``; the scope is applied
+    to its result like to any reference. Recomputing straight from the Kafka window (a view
+    of decoded events) is not offered yet: archive the history into Iceberg and name it in
+    ``views``.
     """
 
     query: str = Field(
