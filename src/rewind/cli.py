@@ -473,11 +473,13 @@ def archive(
         for p in d["passes"]:
             for g in p["lost"]:
                 console.print(f"[red]lost[/] {g['topic']}/{g['partition']} [{g['start']}, {g['end']})")
-        if d.get("compaction"):
-            c = d["compaction"]
+        c = d.get("compaction")
+        if c and c["committed"]:
             console.print(
                 f"compaction: {c['files_rewritten']} files → {c['files_written']} ({c['rows']:,} rows)"
             )
+        elif c:
+            console.print(f"compaction: {'; '.join(c['notes'])}")
 
     out.result(data, render)
 

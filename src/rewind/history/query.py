@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -79,11 +80,17 @@ def query_history(
         prefer=prefer,
     )
     read_history(spark, settings, plan, include_headers=include_headers).createOrReplaceTempView(VIEW)
+    # PySpark logs every failed query (with the JVM stack) before raising: the error below says it
+    quiet = logging.getLogger("SQLQueryContextLogger")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:
         return plan, spark.sql(sql)
     except Exception as exc:  # Spark's AnalysisException and parse errors: one line for the user
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise HistoryError(f"query failed: {first}") from exc
+    finally:
+        quiet.setLevel(level)
 
 
 def jsonable(value: Any) -> Any:
