@@ -207,20 +207,23 @@ def test_archive_reads_plan_only_the_files_of_the_ranges(world: World, spark: An
 
 def test_event_time_order_merges_partitions_by_timestamp(world: World) -> None:
     declared = {(world.topic, 0): 50, (world.topic, 1): 90}
-    rows = [
-        (r["timestamp"], r["partition"], r["offset"])
-        for t in iter_history(
+    chunks = list(
+        iter_history(
             world.settings,
             [world.topic],
             world.table,
             chunk_rows=64,
             order="event_time",
             declared_log_start=declared,
+            include_headers=True,
         )
-        for r in t.to_pylist()
-    ]
+    )
+    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+    assert chunks[0].schema.names == names
+    rows = [(r["timestamp"], r["partition"], r["offset"]) for t in chunks for r in t.to_pylist()]
     assert len(rows) == 2 * (ARCHIVED + TAIL)
     assert rows == sorted(rows)
+    assert all(r["headers"] is None for t in chunks for r in t.to_pylist())  # none were produced
 
 
 def test_a_deliberate_gap_is_detected_exactly_and_classified_lost(world: World) -> None:
