@@ -191,7 +191,15 @@ def plan(spec: Annotated[Path, typer.Argument(help="Job spec (YAML).")], json_ou
 
 def _plan_summary(job_plan: Any) -> dict[str, Any]:
     by_partition: dict[str, dict[str, Any]] = {}
-    for p in job_plan.read_plan["partitions"]:
+    history = job_plan.read_plan.get("history")
+    for p in (history or job_plan.read_plan)["partitions"]:
+        if history is not None:  # a history source: archive below the seam, Kafka above
+            by_partition[f"{p['topic']}/{p['partition']}"] = {
+                "start": p["start"], "end": p["end"], "low": p["low"], "high": p["high"],
+                "offsets": p["end"] - p["start"], "start_method": f"archive < {p['seam']}",
+                "end_method": "kafka", "missing_below_low": None, "gaps": p["gaps"],
+            }
+            continue
         by_partition[f"{p['topic']}/{p['partition']}"] = {
             "start": p["start"],
             "end": p["end"],

@@ -817,12 +817,39 @@ class KafkaSource(_Model):
         return {(t, p): o for t, parts in (self.declared_log_start or {}).items() for p, o in parts.items()}
 
 
+class HistorySource(KafkaSource):
+    """Records of Kafka topics in ``[from, to)``, read across the lake archive and the log.
+
+    Offsets below the log's start (or ``declared_log_start``) come from the archive written
+    by ``rewind archive``, the rest from Kafka; the overlap is read once. Offsets missing from
+    both are classified: ``skipped`` (the broker itself skipped them while the archive read the
+    partition contiguously: transaction markers, compaction) or ``lost`` (below the log start
+    and never archived). Lost ranges refuse the plan unless ``allow_gaps``.
+    """
+
+    archive: str = Field(description="The archive table (`namespace.table`) written by `rewind archive`.")
+    allow_gaps: bool = Field(
+        default=False,
+        description="Run even when offsets were lost (never archived, gone from Kafka); they are recorded.",
+    )
+
+
 class Source(_Model):
     """Where the records come from: exactly one kind of source."""
 
-    KINDS: ClassVar[tuple[str, ...]] = ("kafka",)
+    KINDS: ClassVar[tuple[str, ...]] = ("kafka", "history")
 
     kafka: KafkaSource | None = Field(default=None, description="Read a window of Kafka topics.")
+    history: HistorySource | None = Field(
+        default=None, description="Read a window across the lake archive and the Kafka log."
+    )
+
+    @property
+    def window(self) -> KafkaSource:
+        """The window of either kind (a history source is a Kafka window plus an archive)."""
+        found = self.kafka or self.history
+        assert found is not None
+        return found
 
     @model_validator(mode="after")
     def _one(self) -> Source:
@@ -1876,7 +1903,7 @@ class JobSpec(_Model):
                 got=self.quarantine.table,
                 at=("quarantine", "table"),
             )
-        kafka_sink, kafka_source = self.sink.kafka, self.source.kafka
+        kafka_sink, kafka_source = self.sink.kafka, self.source.window
         if kafka_sink and kafka_source and kafka_sink.topic in kafka_source.topics:
             raise _Bad(
                 "is a source topic",
@@ -1890,11 +1917,7 @@ class JobSpec(_Model):
 
     def window_request(self) -> WindowRequest:
         """The Kafka source's :meth:`KafkaSource.window_request`."""
-        if self.source.kafka is None:
-            raise SpecError(
-                f"job {self.name}: source is not kafka; no Kafka window to request", field="source"
-            )
-        return self.source.kafka.window_request()
+        return self.source.window.window_request()
 
     def canonical(self) -> dict[str, Any]:
         """The spec as JSON-ready data: aliases, derived defaults filled in, no nulls."""

@@ -124,7 +124,7 @@ def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
 
 def _time_window(spec: JobSpec) -> tuple[datetime, datetime] | None:
     """The source window as times, when both ends are times (replace-window needs them)."""
-    kafka = spec.source.kafka
+    kafka = spec.source.kafka or spec.source.history
     if kafka is None:
         return None
     lo, hi = kafka.from_, kafka.to

@@ -146,34 +146,24 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
     """Resolve, sample, learn the schema and check the gates. Changes nothing anywhere."""
     from rewind.kafka.offsets import resolve
 
-    if spec.source.kafka is None:
-        raise PlanRefused(f"source.{spec.source.kind}: only kafka sources can be planned so far")
     conf = settings.kafka_config()
-    read_plan = resolve(
-        conf,
-        spec.source.kafka.window_request(),
-        declared_log_start=spec.source.kafka.declared_start() or None,
-    )
-    units = cut_units(read_plan, spec.run.work_unit_records)
-    offsets = sum(u.end - u.start for u in units)
     gates: list[Gate] = []
-    notes = list(read_plan.notes)
-
-    missing = read_plan.missing()
-    if missing:
-        lost = sum(r.size for r in missing)
-        where = ", ".join(f"{r.topic}/{r.partition} [{r.start}, {r.end})" for r in missing[:3])
-        gates.append(
-            Gate(
-                "log-start",
-                False,
-                f"{lost} offsets of the window are no longer in Kafka ({where}); "
-                "read them from a lake archive (history source) or move the window",
-            )
-        )
+    if spec.source.history is not None:
+        units, notes, history_gate, history = _history_units(settings, spec)
+        gates.append(history_gate)
+        read_plan_data: dict[str, Any] = history
     else:
-        gates.append(Gate("log-start", True, "every requested offset is still in Kafka"))
-
+        assert spec.source.kafka is not None
+        read_plan = resolve(
+            conf,
+            spec.source.kafka.window_request(),
+            declared_log_start=spec.source.kafka.declared_start() or None,
+        )
+        units = cut_units(read_plan, spec.run.work_unit_records)
+        notes = list(read_plan.notes)
+        gates.append(_log_start_gate(read_plan))
+        read_plan_data = read_plan.to_dict()
+    offsets = sum(u.end - u.start for u in units)
     if spec.guards.max_records is not None and offsets > spec.guards.max_records:
         gates.append(
             Gate(
@@ -214,7 +204,7 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
         plan_id=plan_id_of(fingerprint, units),
         name=spec.name,
         spec=json.loads(spec.model_dump_json(by_alias=True)),
-        read_plan=read_plan.to_dict(),
+        read_plan=read_plan_data,
         units=units,
         offsets=offsets,
         output_schema_b64=schema_to_b64(schema) if schema is not None else "",
@@ -224,6 +214,61 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
         notes=tuple(notes),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
+
+
+def _log_start_gate(read_plan: ReadPlan) -> Gate:
+    missing = read_plan.missing()
+    if not missing:
+        return Gate("log-start", True, "every requested offset is still in Kafka")
+    lost = sum(r.size for r in missing)
+    where = ", ".join(f"{r.topic}/{r.partition} [{r.start}, {r.end})" for r in missing[:3])
+    return Gate(
+        "log-start",
+        False,
+        f"{lost} offsets of the window are no longer in Kafka ({where}); read them from a lake "
+        "archive (source: history) or move the window",
+    )
+
+
+def _history_units(
+    settings: Settings, spec: JobSpec
+) -> tuple[tuple[WorkUnit, ...], list[str], Gate, dict[str, Any]]:
+    """Units of a history source: archive ranges read from the lake, the rest from Kafka.
+
+    Gaps are classified by :func:`rewind.history.plan_history`: ``lost`` ranges fail the
+    ``coverage`` gate unless ``allow_gaps``; every gap is kept in the plan for the ledger.
+    """
+    from rewind.history import plan_history
+    from rewind.history.exceptions import HistoryError
+
+    source = spec.source.history
+    assert source is not None
+    try:
+        history = plan_history(
+            settings,
+            source.topics,
+            source.archive,
+            source.window_request(),
+            declared_log_start=source.declared_start() or None,
+            allow_gaps=source.allow_gaps,
+        )
+    except HistoryError as exc:
+        return (), [], Gate("coverage", False, str(exc)), {}
+    size = spec.run.work_unit_records
+    units: list[WorkUnit] = []
+    for kind, ranges in (("archive", history.archive_ranges()), ("kafka", history.kafka_ranges())):
+        for rng in ranges:
+            for chunk in rng.split(size):
+                if chunk.size:
+                    units.append(WorkUnit(chunk.topic, chunk.partition, chunk.start, chunk.end, kind))
+    gaps = history.gaps()
+    lost = [g for g in gaps if g.kind == "lost"]
+    detail = (
+        f"{len(history.archive_ranges())} archive range(s), {len(history.kafka_ranges())} Kafka range(s); "
+        f"{len(gaps)} gap(s), {len(lost)} lost" + (" (allowed by allow_gaps, recorded)" if lost else "")
+    )
+    data = {"history": history.to_dict(), "gaps": [g.to_dict() for g in gaps]}
+    return tuple(sorted(units)), list(history.notes), Gate("coverage", True, detail), data
 
 
 def _load_translator(spec: JobSpec) -> tuple[Any, Gate]:
@@ -255,7 +300,8 @@ def _sample(
 
     firsts: dict[tuple[str, int], WorkUnit] = {}
     for unit in units:
-        firsts.setdefault((unit.topic, unit.partition), unit)
+        if unit.source == "kafka":  # the sample is read with a bare consumer
+            firsts.setdefault((unit.topic, unit.partition), unit)
     picked = list(firsts.values())[:8]
     if not picked:
         return None, {"sample_records": 0}

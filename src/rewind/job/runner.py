@@ -310,11 +310,13 @@ def _run_wave(
         units=tuple(wave),
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
+        archive_table=spec.source.history.archive if spec.source.history is not None else None,
+        archive_snapshot_id=(plan.read_plan.get("history") or {}).get("archive_snapshot_id"),
     )
     spark = session(settings)  # before arming: the kill must land in the job, not in Spark's start
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:
-        outputs = run_wave(spark, ctx)
+        outputs = run_wave(spark, ctx, settings)
     except Exception as exc:  # the wave's units are not done: say why in the ledger
         try:
             ledger.fail_units(run_id, [u.id for u in wave], _one_line(exc))

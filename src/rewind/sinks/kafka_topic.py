@@ -308,7 +308,7 @@ class KafkaTopicSink:
             raise KafkaSinkError(f"job {spec.name}: sink is {spec.sink.kind}, not kafka")
         return cls(
             settings.kafka_config(),
-            source_topics=list(spec.source.kafka.topics) if spec.source.kafka is not None else [],
+            source_topics=list(spec.source.window.topics),
             topic=kafka.topic,
             partitions=kafka.partitions,
             transactional=kafka.transactional,

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
+    from rewind.config import Settings
+
 RESULT_SCHEMA = "unit_id string, data_file string, quarantine_file string, counts string"
 
 _ERROR_LINE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))(?:: (.*))?")
@@ -48,6 +50,8 @@ class StageContext:
     max_records_per_second: float | None = None
     ranges_per_task: int = 4
     rate_limit_id: str = ""
+    archive_table: str | None = None
+    archive_snapshot_id: int | None = None
 
 
 @dataclass
@@ -197,13 +201,17 @@ def _result_arrow_schema() -> pa.Schema:
     )
 
 
-def run_wave(spark: SparkSession, ctx: StageContext) -> dict[str, UnitOutput]:
+def run_wave(
+    spark: SparkSession, ctx: StageContext, settings: Settings | None = None
+) -> dict[str, UnitOutput]:
     """Run one wave; every unit of ``ctx`` gets an output (zero counts if it held no record).
 
     A unit that yields no result row had no records in its range (all gaps): Spark fails
     the whole job if any task fails, so a finished job has read every unit completely.
     """
-    ranges = json.dumps([u.range.to_dict() for u in ctx.units])
+    kafka_units = [u for u in ctx.units if u.source == "kafka"]
+    archive_units = [u for u in ctx.units if u.source == "archive"]
+    ranges = json.dumps([u.range.to_dict() for u in kafka_units])
     reader = spark.read.format("rewind-kafka").option("ranges", ranges)
     for key, value in ctx.kafka_conf.items():
         reader = reader.option(f"kafka.{key}", str(value))
@@ -211,9 +219,29 @@ def run_wave(spark: SparkSession, ctx: StageContext) -> dict[str, UnitOutput]:
     if ctx.max_records_per_second:
         reader = reader.option("maxRecordsPerSecond", str(ctx.max_records_per_second))
         reader = reader.option("rateLimitId", ctx.rate_limit_id or ctx.run_id)
+    frames = [reader.load()] if kafka_units else []
+    if archive_units:
+        # history below the log start: read from the lake archive in Kafka's schema; an
+        # archive unit may be split over several tasks, whose counts add up per unit below
+        from rewind.history import read_ranges_from_archive
+
+        if settings is None or ctx.archive_table is None:
+            raise StageError("archive units need the archive table and the settings")
+        frames.append(
+            read_ranges_from_archive(
+                spark,
+                settings,
+                ctx.archive_table,
+                [u.range for u in archive_units],
+                snapshot_id=ctx.archive_snapshot_id,
+            )
+        )
+    if not frames:
+        return {u.id: UnitOutput(u.id) for u in ctx.units}
+    source = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     process: Any = ProcessUnits(ctx)  # a callable object; Spark's stubs want a function
     try:
-        results = reader.load().mapInArrow(process, RESULT_SCHEMA).collect()
+        results = source.mapInArrow(process, RESULT_SCHEMA).collect()
     except Exception as exc:
         if isinstance(exc, RewindError):
             raise

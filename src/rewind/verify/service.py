@@ -35,7 +35,7 @@ VERIFIABLE = ("succeeded", "promoted", "rolled_back")
 
 def job_window(spec: JobSpec) -> tuple[datetime | None, datetime | None]:
     """The job's source window where its ends are times (an end given as offsets is unbounded)."""
-    kafka = spec.source.kafka
+    kafka = spec.source.kafka or spec.source.history
     if kafka is None:
         return None, None
     lo = kafka.from_ if isinstance(kafka.from_, datetime) else None
