@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-PYTEST_ARGS ?=
+# two workers, one test file per worker at a time (module fixtures stay in one process)
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 .PHONY: install demo test lint typecheck bench-kafka bench-job clean
 

@@ -170,10 +170,10 @@ def test_the_rate_guard_holds_over_a_long_run(
     wave_ends: list[float] = []
     real_run_wave = job_stage.run_wave
 
-    def timed(session: Any, ctx: Any) -> Any:
+    def timed(session: Any, ctx: Any, *rest: Any) -> Any:
         began = time.monotonic()
         try:
-            return real_run_wave(session, ctx)
+            return real_run_wave(session, ctx, *rest)
         finally:
             spark_seconds.append(time.monotonic() - began)
             wave_ends.append(time.time())
