@@ -320,7 +320,7 @@ def test_dense_changes_in_the_window_are_sampled(spark: Any) -> None:
     report = verify_frames(spark, repaired, base, v, job_window=window)
     assert report["passed"]
     sampled = report["changes"]["sampled"]
-    assert sampled is not None and sampled["rows"] == 40_000 and 0 < sampled["share"] < 1
+    assert sampled is not None and 2_000 < sampled["rows"] <= 40_000 and 0 < sampled["share"] < 1
     assert 0 < report["changes"]["changed"] < 20_000
 
 

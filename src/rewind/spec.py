@@ -1737,7 +1737,7 @@ class Verify(_Model):
         default=20, ge=0, le=10_000, description="Differing rows (and missing, extra keys) shown per kind."
     )
     drill_rows: int = Field(
-        default=2_000_000,
+        default=500_000,
         gt=0,
         description=(
             "Differing buckets are split further (bisection) until they hold at most this many rows, "

@@ -15,22 +15,30 @@ aggregates (per bucket, per cell), counts and a bounded number of sample rows.
    settled by value in step 5, where it does not count. That costs a drill-down, never a
    wrong answer. A column where null must not equal null (``nulls_equal: false``) adds a
    side-specific salt to ``h`` when null, so its cell always drills down.
-3. **Cells.** A cell is (window flag, time bucket, low ``bits`` bits of ``kh``). One
-   aggregation over the union of both sides gives, per cell and side, the row count and
-   the sum of ``h`` as two 32-bit halves (so it cannot overflow under ANSI SQL). A cell whose
-   counts or sums differ holds a difference: a missing or extra row changes the count, a
-   changed row the sum. The per-bucket counts and checksums of the report are these cells
-   summed per time bucket.
-4. **Bisection.** While the differing cells hold more than ``drill_rows`` rows, their rows
-   are aggregated again with more bits of ``kh`` (each cell splits into 2^k), as data-diff
-   does between two databases; it stops when the rows fit, or when splitting no longer
+3. **Cells.** A cell is (window flag, time bucket, category, low ``bits`` bits of ``kh``);
+   the first level is coarse (64 to 256 cells per bucket), so that a pass that finds
+   nothing costs little more than reading the data. One aggregation over the union of both
+   sides gives, per cell and side, the row count and the sum of ``h`` as two 32-bit halves
+   (so it cannot overflow under ANSI SQL). A cell whose counts or sums differ holds a
+   difference: a missing or extra row changes the count, a changed row the sum. The
+   report's per-bucket and per-category counts and checksums are these cells summed up.
+4. **Decoding, then bisection.** The first level also sums three moments per cell modulo
+   a prime (of ``b``, ``a*b``, ``a^2*b``, with ``a`` a 31-bit signature of the key and ``b``
+   of the row hash). In a cell where one key differs they name that key (``a = d2/d1``,
+   checked by ``d3 = a*d2``; see :func:`decode_cells`), so most differing cells need no
+   further pass. The other cells are split, as data-diff does between two databases: while
+   they hold more than ``drill_rows`` rows, their rows are aggregated again with more bits
+   of ``kh`` (each cell into 2^k); it stops when the rows fit, or when splitting no longer
    helps (dense differences, e.g. a repaired window where every row changed: those are
    then sampled, and the report says so).
-5. **Drill-down.** The rows of the differing cells of both sides are joined on the key
-   (full outer, null-safe) and compared column by column with the tolerances: *missing*
-   (reference only), *extra* (staging only), *changed* (naming the columns that differ) or
-   equal within tolerance. In ``repair`` mode a difference is a *change* when every side's
-   row lies inside the repaired window, and a failure otherwise.
+5. **Drill-down.** One pass fetches both sides' rows of the decoded keys and of the cells
+   left (a hash-set test per row, then exact broadcast joins); a decoded cell whose fetched
+   rows do not explain its whole difference (a false decoding, about 2^-31 per cell) sends
+   the search back to plain bisection. The rows are joined on the key (full outer,
+   null-safe) and compared column by column with the tolerances: *missing* (reference
+   only), *extra* (staging only), *changed* (naming the columns that differ) or equal within
+   tolerance. In ``repair`` mode a difference is a *change* when every side's row lies
+   inside the repaired window, and a failure otherwise.
 
 Duplicate keys are found where they make the two sides differ (a key twice in staging and
 once in the reference); duplicates present identically on both sides agree and are not
@@ -121,9 +129,10 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
     ``changes`` (repair mode: the differences inside the window), ``buckets``,
     ``categories``, ``bisection`` (one entry per level) and ``seconds`` per step.
 
-    Passes over the data: one when nothing differs (the first level, coarse cells); when
-    something does, one more that keeps the rows of the differing cells (cached when they
-    are few enough), from which the finer levels and the drill-down are computed.
+    Passes over the data: one when nothing differs (the first level, coarse cells). When
+    something does, the cells whose difference is one key are decoded from their moments
+    (:func:`decode_cells`), the others are split further (bisection, a pass per level),
+    and one more pass fetches the rows of those keys and cells for the drill-down.
     """
     from pyspark.sql import functions as F
 
@@ -133,55 +142,17 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
         s = _prepare(staging, rules, types, side=0, name="staging").withColumn("side", F.lit(0))
         r = _prepare(reference, rules, types, side=1, name="reference").withColumn("side", F.lit(1))
         bits = _first_bits(staging, rules)
-    keys = cell_keys(rules)
-    wide = s.unionByName(r)
-    narrow = wide.select(*keys, "kh", "h", "side")
-
-    cached: list[DataFrame] = []
+    search = _Search(spark, s.unionByName(r), rules, timer)
     try:
-        with timer.step("level 1"):
-            agg = _cells(narrow, keys, bits, None, 0, 0).cache()
-            cached.append(agg)
-            buckets, totals, stats = _rollup(agg)  # one action; it fills the cache
-            categories = _category_rollup(agg, rules)
-        differing = agg.where(_cell_differs())
-        levels = [_level(1, bits, stats)]
-        result: dict[str, Any] = {"rows": totals, "bisection": levels}
+        buckets, totals, categories = search.first_level(bits)
+        result: dict[str, Any] = {"rows": totals, "bisection": search.levels}
         sampled: dict[str, Any] | None = None
-        if not stats:
+        if not search.first_stats:
             drill = _empty_drill()
         else:
-            # the rows of the differing cells, both sides, every column: finer levels and the
-            # drill-down read them instead of the tables
-            source = _within(wide, differing, keys, bits, levels[-1]["differing_cells"])
-            if levels[-1]["rows"] <= CACHE_ROWS:
-                source = source.cache()
-                cached.append(source)
-            while True:
-                n_cells, n_rows = levels[-1]["differing_cells"], levels[-1]["rows"]
-                dense = len(levels) > 1 and n_rows > levels[-2]["rows"] / 2
-                if n_rows <= rules.drill_rows or dense or bits >= MAX_BITS:
-                    differing, sampled = _limit_changes(differing, stats, rules)
-                    break
-                previous_bits, per_cell = bits, n_rows / max(n_cells, 1)
-                bits = min(MAX_BITS, bits + max(1, min(20, math.ceil(math.log2(max(per_cell / 2, 2))))))
-                with timer.step(f"level {len(levels) + 1}"):
-                    agg = _cells(
-                        source.select(*keys, "kh", "h", "side"), keys, bits, differing, previous_bits, n_cells
-                    ).cache()
-                    cached.append(agg)
-                    differing = agg.where(_cell_differs())
-                    stats = {
-                        int(row["w"]): (int(row["cells"]), int(row["rows"]))
-                        for row in differing.groupBy("w")
-                        .agg(
-                            F.count(F.lit(1)).alias("cells"), F.sum(F.col("n_s") + F.col("n_r")).alias("rows")
-                        )
-                        .collect()
-                    }
-                levels.append(_level(len(levels) + 1, bits, stats))
+            inside, sampled = search.rows_that_differ()
             with timer.step("drill-down"):
-                drill = _drill(source, differing, keys, bits, levels[-1]["differing_cells"], rules)
+                drill = _drill(inside, rules)
         drill["changes"]["sampled"] = sampled
         by_bucket, by_category = drill.pop("_by_bucket"), drill.pop("_by_category")
         result.update(drill)
@@ -190,8 +161,113 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
         result["seconds"] = timer.steps
         return result
     finally:
-        for df in cached:
+        search.release()
+
+
+Stats = dict[int, tuple[int, int]]
+"""Per window flag: (differing cells, rows they hold)."""
+
+
+class _Search:
+    """Steps 3 and 4: the cells, their decoding and bisection, down to the rows that may differ."""
+
+    def __init__(self, spark: SparkSession, wide: DataFrame, rules: Rules, timer: Timer) -> None:
+        self.spark, self.wide, self.rules, self.timer = spark, wide, rules, timer
+        self.keys = cell_keys(rules)
+        self.levels: list[dict[str, Any]] = []
+        self.cached: list[DataFrame] = []
+        self.first_stats: Stats = {}
+        self.first_bits = 0
+        self.agg: DataFrame | None = None
+
+    def keep(self, df: DataFrame) -> DataFrame:
+        df = df.cache()
+        self.cached.append(df)
+        return df
+
+    def release(self) -> None:
+        for df in self.cached:
             df.unpersist()
+
+    def first_level(self, bits: int) -> tuple[list[dict[str, Any]], dict[str, int], list[dict[str, Any]]]:
+        with self.timer.step("level 1"):
+            narrow = self.wide.select(*self.keys, "kh", "h", "side")
+            self.agg = self.keep(_cells(narrow, self.keys, bits, None, 0, 0, moments=True))
+            buckets, totals, stats = _rollup(self.agg)  # one action; it fills the cache
+            categories = _category_rollup(self.agg, self.rules)
+        self.first_bits, self.first_stats = bits, stats
+        self.levels.append(_level(1, bits, stats))
+        return buckets, totals, categories
+
+    def rows_that_differ(self) -> tuple[DataFrame, dict[str, Any] | None]:
+        """Both sides' rows of the decoded keys and of the cells left after bisection (cached)."""
+        assert self.agg is not None
+        differing = self.agg.where(_cell_differs())
+        found: list[dict[str, Any]] = []
+        if self.levels[0]["differing_cells"] <= DECODE_CELLS:
+            with self.timer.step("decode"):
+                moments = differing.select(*self.keys, "kb", *_CELL_COLUMNS, "d1", "d2", "d3")
+                found, rest = decode_cells(moments.toArrow().to_pylist(), self.keys)
+            stats: Stats = {}
+            for cell in rest:
+                n, held = stats.get(int(cell["w"]), (0, 0))
+                stats[int(cell["w"])] = (n + 1, held + int(cell["n_s"]) + int(cell["n_r"]))
+            self.levels[0].update(decoded_cells=len(found), undecoded_rows=sum(n for _, n in stats.values()))
+            left = _cell_frame(self.spark, rest, self.keys) if rest else None
+        else:
+            left, stats = differing, self.first_stats
+        cells: DataFrame | None = None
+        bits, n_cells, sampled = 0, 0, None
+        if left is not None:
+            cells, bits, n_cells, sampled = self.bisect(left, stats)
+        with self.timer.step("fetch"):
+            decoded = _cell_frame(self.spark, found, self.keys, sig=True) if found else None
+            inside = self.keep(
+                _select(self.wide, self.keys, decoded, self.first_bits, cells, bits, n_cells, found=found)
+            )
+            if found and not _explained(inside, decoded, found, self.keys, self.first_bits):
+                # a cell where several keys differ passed the decoding checks (a chance of about
+                # 2^-31 per cell): forget the decoding and bisect every differing cell
+                log.warning("verify: a decoded cell is not explained by its key; bisecting instead")
+                self.levels[0]["decoded_cells"] = 0
+                cells, bits, n_cells, sampled = self.bisect(differing, self.first_stats)
+                inside = self.keep(_select(self.wide, self.keys, None, 0, cells, bits, n_cells))
+        return inside, sampled
+
+    def bisect(self, differing: DataFrame, stats: Stats) -> tuple[DataFrame, int, int, dict[str, Any] | None]:
+        """Split the differing cells until their rows fit ``drill_rows`` (or splitting stops helping)."""
+        from pyspark.sql import functions as F
+
+        rules, keys, bits = self.rules, self.keys, self.first_bits
+        n_cells, n_rows = sum(c for c, _ in stats.values()), sum(n for _, n in stats.values())
+        source = self.wide
+        if n_rows > rules.drill_rows:
+            # the rows of the cells to split, both sides, every column: the finer levels read
+            # them instead of the tables
+            source = _select(self.wide, keys, None, 0, differing, bits, n_cells)
+            if n_rows <= CACHE_ROWS:
+                source = self.keep(source)
+        history = [n_rows]
+        while True:
+            dense = len(history) > 1 and n_rows > history[-2] / 2
+            if n_rows <= rules.drill_rows or dense or bits >= MAX_BITS:
+                differing, sampled = _limit_changes(differing, stats, rules)
+                return differing, bits, n_cells, sampled
+            previous_bits, per_cell = bits, n_rows / max(n_cells, 1)
+            bits = min(MAX_BITS, bits + max(1, min(20, math.ceil(math.log2(max(per_cell / 2, 2))))))
+            with self.timer.step(f"level {len(self.levels) + 1}"):
+                narrow = source.select(*keys, "kh", "h", "side")
+                agg = self.keep(_cells(narrow, keys, bits, differing, previous_bits, n_cells))
+                differing = agg.where(_cell_differs())
+                stats = {
+                    int(row["w"]): (int(row["cells"]), int(row["rows"]))
+                    for row in differing.groupBy("w")
+                    .agg(F.count(F.lit(1)).alias("cells"), F.sum(F.col("n_s") + F.col("n_r")).alias("rows"))
+                    .collect()
+                }
+            self.levels.append(_level(len(self.levels) + 1, bits, stats))
+            n_cells, n_rows = self.levels[-1]["differing_cells"], self.levels[-1]["rows"]
+            history.append(n_rows)
 
 
 def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[str, Any]:
@@ -215,15 +291,68 @@ def _first_bits(staging: DataFrame, rules: Rules) -> int:
     return max(FIRST_BITS, min(18, math.ceil(math.log2(max(rows, 1) / 1000))))
 
 
-def _within(wide: DataFrame, cells: DataFrame, keys: list[str], bits: int, n_cells: int) -> DataFrame:
-    """The rows of ``wide`` that fall in ``cells`` (at ``bits`` bits of their key hash)."""
+def _select(
+    wide: DataFrame,
+    keys: list[str],
+    decoded: DataFrame | None,
+    decoded_bits: int,
+    cells: DataFrame | None,
+    cell_bits: int,
+    n_cells: int,
+    *,
+    found: list[dict[str, Any]] | None = None,
+) -> DataFrame:
+    """The rows of ``wide`` of the ``decoded`` keys (cell and key signature) or in ``cells``.
+
+    One pass. A row's signature (or its cell's key-hash bits) is first looked up in a hash
+    set, which drops nearly every row cheaply; the few left are matched exactly against the
+    sets (broadcast: a semi-join for one set, two left joins and a filter for both).
+    """
     from pyspark.sql import functions as F
 
-    wanted = cells.select(*keys, F.col("kb").alias("_kb"))
-    if n_cells <= BROADCAST_CELLS:
-        wanted = F.broadcast(wanted)
-    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
-    return wide.withColumn("_kb", kb).join(wanted, [*keys, "_kb"], "left_semi").drop("_kb")
+    def kb(bits: int) -> Column:
+        return F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
+
+    lookups: list[tuple[DataFrame, list[str], dict[str, Column]]] = []
+    quick: list[Column] = []
+    cheap = True  # every set has a cheap test
+    if decoded is not None:
+        d = F.broadcast(decoded.select(*keys, F.col("kb").alias("_kb1"), F.col("sig").alias("_sig")))
+        lookups.append(
+            (d, [*keys, "_kb1", "_sig"], {"_kb1": kb(decoded_bits), "_sig": _signature(F.col("kh"))})
+        )
+        sigs = sorted({int(f["sig"]) for f in found or ()})
+        if found is not None and len(sigs) <= PREFILTER_VALUES:
+            quick.append(_signature(F.col("kh")).isin(sigs))
+        else:
+            cheap = False
+    if cells is not None:
+        c = cells.select(*keys, F.col("kb").alias("_kb2"))
+        if n_cells <= BROADCAST_CELLS:
+            c = F.broadcast(c)
+        lookups.append((c, [*keys, "_kb2"], {"_kb2": kb(cell_bits)}))
+        if n_cells <= PREFILTER_VALUES:  # a hash of the whole cell: selective, one long per row
+            values = sorted(
+                {int(row[0]) for row in cells.select(F.xxhash64(*keys, F.col("kb"))).distinct().collect()}
+            )
+            quick.append(F.xxhash64(*keys, kb(cell_bits)).isin(values))
+        else:
+            cheap = False
+    if not lookups:
+        return wide.limit(0)
+    df = wide.where(_any(quick)) if quick and cheap else wide
+    helpers = [name for _, _, cols in lookups for name in cols]
+    for _, _, cols in lookups:
+        for name, value in cols.items():
+            df = df.withColumn(name, value)
+    if len(lookups) == 1:
+        table, on, _ = lookups[0]
+        return df.join(table, on, "left_semi").drop(*helpers)
+    hits = []
+    for i, (table, on, _) in enumerate(lookups):
+        df = df.join(table.withColumn(f"_hit{i}", F.lit(True)), on, "left")
+        hits.append(F.col(f"_hit{i}").isNotNull())
+    return df.where(_any(hits)).drop(*helpers, *[f"_hit{i}" for i in range(len(lookups))])
 
 
 # -- step 1 and 2: scope, alignment, hashes ---------------------------------------------------
@@ -370,6 +499,13 @@ def cell_keys(rules: Rules) -> list[str]:
     return ["w", "tb", "cat"] if rules.category is not None else ["w", "tb"]
 
 
+def _signature(kh: Column) -> Column:
+    """A key's 31-bit signature (its key hash modulo the prime :data:`P`)."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(kh, F.lit(P))
+
+
 def _cells(
     narrow: DataFrame,
     keys: list[str],
@@ -377,8 +513,16 @@ def _cells(
     previous: DataFrame | None,
     previous_bits: int,
     previous_cells: int,
+    *,
+    moments: bool = False,
 ) -> DataFrame:
-    """Per cell (keys, kb): row count and hash sums of each side; only rows of ``previous`` cells."""
+    """Per cell (keys, kb): row count and hash sums of each side; only rows of ``previous`` cells.
+
+    With ``moments``, also ``d1``, ``d2``, ``d3``: the differences between the sides of the
+    sums of ``b``, ``a*b`` and ``a^2*b`` modulo :data:`P`, where ``a`` is the key's signature
+    and ``b`` the row hash modulo ``P``: what :func:`decode_cells` needs to name the key of a
+    cell that differs by one key.
+    """
     from pyspark.sql import functions as F
 
     src = narrow
@@ -397,14 +541,99 @@ def _cells(
     def total(cond: Column, value: Column) -> Column:
         return F.coalesce(F.sum(F.when(cond, value)), F.lit(0).cast("long"))
 
-    return src.groupBy(*keys, kb.alias("kb")).agg(
+    sums = [
         total(staging, F.lit(1).cast("long")).alias("n_s"),
         total(reference, F.lit(1).cast("long")).alias("n_r"),
         total(staging, hi).alias("hi_s"),
         total(staging, lo).alias("lo_s"),
         total(reference, hi).alias("hi_r"),
         total(reference, lo).alias("lo_r"),
-    )
+    ]
+    if moments:
+        # per row, modulo P: a (the key's signature), m1 = h, m2 = a*m1, m3 = a*m2; products of
+        # two numbers below 2^31 fit in a long. Reference rows count negatively (P - m), so one
+        # sum per moment holds the difference of the sides; it fits for up to 2^32 rows a cell.
+        src = src.withColumn("_a", _signature(F.col("kh"))).withColumn("_m1", F.pmod(F.col("h"), F.lit(P)))
+        for i in (2, 3):
+            src = src.withColumn(f"_m{i}", F.pmod(F.col("_a") * F.col(f"_m{i - 1}"), F.lit(P)))
+        for i in (1, 2, 3):
+            signed = F.when(staging, F.col(f"_m{i}")).otherwise(F.lit(P) - F.col(f"_m{i}"))
+            sums.append(F.coalesce(F.sum(signed), F.lit(0).cast("long")).alias(f"d{i}"))
+    return src.groupBy(*keys, kb.alias("kb")).agg(*sums)
+
+
+P = 2_147_483_647
+"""The prime 2^31 - 1: moments are sums modulo P."""
+_CELL_COLUMNS = ["n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r"]
+DECODE_CELLS = 200_000
+"""Differing cells up to this many are brought to the driver and decoded."""
+PREFILTER_VALUES = 50_000
+"""Up to this many signatures (or cell hashes) also filter the fetch pass as a hash set."""
+
+
+def decode_cells(
+    rows: list[dict[str, Any]], keys: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Name the one key that makes each cell differ, where there is one; return (found, rest).
+
+    In a cell whose staging and reference rows differ only by the rows of one key (a changed
+    row, a missing or an extra one, duplicates of it), every row of that key has the same
+    signature ``a``, so the moment differences are ``d1 = D``, ``d2 = a*D`` and ``d3 = a^2*D``
+    (modulo P) for some ``D``: ``a = d2 / d1``, confirmed by ``d3 = a*d2``. A cell where
+    several keys differ passes that check with a chance of about 2^-31; the fetched rows
+    then do not explain the cell's difference (:func:`_explained`), which is caught. A cell
+    that fails the check, or has ``d1 = 0``, is left in ``rest`` for bisection.
+
+    ``found`` rows are the cell (``keys``, ``kb``), the signature ``sig`` and the cell's
+    counts and hash sums; ``rest`` rows the cell and its counts.
+    """
+    found, rest = [], []
+    for row in rows:
+        d1, d2, d3 = (int(row[f"d{i}"]) % P for i in (1, 2, 3))
+        cell = {**{k: row[k] for k in keys}, "kb": row["kb"]}
+        if d1:
+            a = d2 * pow(d1, P - 2, P) % P
+            if (a * d2 - d3) % P == 0:
+                found.append({**cell, "sig": a, **{c: int(row[c]) for c in _CELL_COLUMNS}})
+                continue
+        rest.append({**cell, "n_s": int(row["n_s"]), "n_r": int(row["n_r"])})
+    return found, rest
+
+
+def _cell_frame(
+    spark: SparkSession, rows: list[dict[str, Any]], keys: list[str], *, sig: bool = False
+) -> DataFrame:
+    """Cells (from the driver) as a small DataFrame to join on."""
+    types = {"w": "int", "tb": "bigint", "cat": "string", "kb": "bigint", "sig": "bigint"}
+    names = [*keys, "kb", *(["sig"] if sig else [])]
+    schema = ", ".join(f"{n} {types[n]}" for n in names)
+    return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
+
+
+def _explained(
+    inside: DataFrame, decoded: DataFrame | None, found: list[dict[str, Any]], keys: list[str], bits: int
+) -> bool:
+    """True when, in every decoded cell, the fetched rows of its key account for the whole
+    difference of the cell (counts and 64-bit hash sums of both sides)."""
+    from pyspark.sql import functions as F
+
+    if decoded is None:
+        return True
+    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1))
+    rows = inside.withColumn("kb", kb).withColumn("sig", _signature(F.col("kh")))
+    lookup = F.broadcast(decoded.select(*keys, "kb", "sig"))
+    fetched = rows.join(lookup, [*keys, "kb", "sig"], "left_semi").select(*keys, "sig", "kh", "h", "side")
+    totals = {
+        (*(r[k] for k in keys), int(r["kb"]), int(r["sig"])): [int(r[c]) for c in _CELL_COLUMNS]
+        for r in _cells(fetched, [*keys, "sig"], bits, None, 0, 0).toArrow().to_pylist()
+    }
+    for f in found:
+        t = totals.get((*(f[k] for k in keys), f["kb"], f["sig"]), [0, 0, 0, 0, 0, 0])
+        of_key = (t[0] - t[1], checksum(t[2] - t[4], t[3] - t[5]))
+        of_cell = (f["n_s"] - f["n_r"], checksum(f["hi_s"] - f["hi_r"], f["lo_s"] - f["lo_r"]))
+        if of_key != of_cell:
+            return False
+    return True
 
 
 def _cell_differs() -> Column:
@@ -630,24 +859,15 @@ LOCAL_ROWS = 50_000
 """Classified rows up to this many are tallied on the driver in one Spark action."""
 
 
-def _drill(
-    source: DataFrame,
-    cells: DataFrame,
-    keys: list[str],
-    bits: int,
-    n_cells: int,
-    rules: Rules,
-) -> dict[str, Any]:
-    """Join the rows of the differing cells on the key and classify them.
+def _drill(inside: DataFrame, rules: Rules) -> dict[str, Any]:
+    """Join the rows that may differ (both sides, ``side`` 0 and 1) on the key; classify them.
 
-    ``source`` holds both sides (``side`` 0 and 1) and at least the rows of ``cells``. One
-    Spark action when at most :data:`LOCAL_ROWS` rows differ (they are tallied on the
+    One Spark action when at most :data:`LOCAL_ROWS` rows differ (they are tallied on the
     driver); otherwise the counts and samples are aggregated in Spark (a few more actions).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    inside = _within(source, cells, keys, bits, n_cells)
     nk, nc = len(rules.key), len(rules.columns)
     has_cat = rules.category is not None
 

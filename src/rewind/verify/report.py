@@ -625,8 +625,18 @@ def render_html(report: dict[str, Any]) -> str:
     out.append(
         _table(["column", "rule"], [[c["column"], c["rule"]] for c in report["columns"]])
         + _table(
-            ["level", "key-hash bits", "differing cells", "rows in them"],
-            [[lv["level"], lv["bits"], lv["differing_cells"], lv["rows"]] for lv in report["bisection"]],
+            ["level", "key-hash bits", "differing cells", "rows in them", "decoded cells", "rows left"],
+            [
+                [
+                    lv["level"],
+                    lv["bits"],
+                    lv["differing_cells"],
+                    lv["rows"],
+                    lv.get("decoded_cells", ""),
+                    lv.get("undecoded_rows", ""),
+                ]
+                for lv in report["bisection"]
+            ],
         )
         + _table(["step", "seconds"], [[k, v] for k, v in report["seconds"].items()])
     )

@@ -85,7 +85,7 @@ class Rules:
     granularity: Literal["hour", "day"] = "day"
     category: str | None = None
     samples: int = 20
-    drill_rows: int = 2_000_000
+    drill_rows: int = 500_000
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
