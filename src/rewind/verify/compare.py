@@ -22,23 +22,22 @@ aggregates (per bucket, per cell), counts and a bounded number of sample rows.
    (so it cannot overflow under ANSI SQL). A cell whose counts or sums differ holds a
    difference: a missing or extra row changes the count, a changed row the sum. The
    report's per-bucket and per-category counts and checksums are these cells summed up.
-4. **Decoding, then bisection.** The first level also sums three moments per cell modulo
-   a prime (of ``b``, ``a*b``, ``a^2*b``, with ``a`` a 31-bit signature of the key and ``b``
-   of the row hash). In a cell where one key differs they name that key (``a = d2/d1``,
-   checked by ``d3 = a*d2``; see :func:`decode_cells`), so most differing cells need no
+4. **Decoding, then bisection.** The first level also sums four moments per cell modulo
+   a prime (of ``b``, ``a*b``, ``a^2*b``, ``a^3*b``, with ``a`` a 31-bit signature of the key
+   and ``b`` of the row hash). In a cell where one key differs they name that key
+   (``a = d2/d1``, checked twice; see :func:`decode_cells`), so most differing cells need no
    further pass. The other cells are split, as data-diff does between two databases: while
    they hold more than ``drill_rows`` rows, their rows are aggregated again with more bits
    of ``kh`` (each cell into 2^k); it stops when the rows fit, or when splitting no longer
    helps (dense differences, e.g. a repaired window where every row changed: those are
    then sampled, and the report says so).
 5. **Drill-down.** One pass fetches both sides' rows of the decoded keys and of the cells
-   left (a hash-set test per row, then exact broadcast joins); a decoded cell whose fetched
-   rows do not explain its whole difference (a false decoding, about 2^-31 per cell) sends
-   the search back to plain bisection. The rows are joined on the key (full outer,
-   null-safe) and compared column by column with the tolerances: *missing* (reference
-   only), *extra* (staging only), *changed* (naming the columns that differ) or equal within
-   tolerance. In ``repair`` mode a difference is a *change* when every side's row lies
-   inside the repaired window, and a failure otherwise.
+   left (a hash-set test per row, then exact broadcast joins). One aggregation by key
+   (null keys included) puts each key's staging and reference values side by side, and its
+   row counts per side; the values are compared column by column with the tolerances:
+   *missing* (reference only), *extra* (staging only), *changed* (naming the columns that
+   differ) or equal within tolerance. In ``repair`` mode a difference is a *change* when
+   every side's row lies inside the repaired window, and a failure otherwise.
 
 Duplicate keys are found where they make the two sides differ (a key twice in staging and
 once in the reference); duplicates present identically on both sides agree and are not
@@ -200,13 +199,13 @@ class _Search:
         return buckets, totals, categories
 
     def rows_that_differ(self) -> tuple[DataFrame, dict[str, Any] | None]:
-        """Both sides' rows of the decoded keys and of the cells left after bisection (cached)."""
+        """Both sides' rows of the decoded keys and of the cells left after bisection."""
         assert self.agg is not None
         differing = self.agg.where(_cell_differs())
         found: list[dict[str, Any]] = []
         if self.levels[0]["differing_cells"] <= DECODE_CELLS:
             with self.timer.step("decode"):
-                moments = differing.select(*self.keys, "kb", *_CELL_COLUMNS, "d1", "d2", "d3")
+                moments = differing.select(*self.keys, "kb", "n_s", "n_r", "d1", "d2", "d3", "d4")
                 found, rest = decode_cells(moments.toArrow().to_pylist(), self.keys)
             stats: Stats = {}
             for cell in rest:
@@ -222,16 +221,9 @@ class _Search:
             cells, bits, n_cells, sampled = self.bisect(left, stats)
         with self.timer.step("fetch"):
             decoded = _cell_frame(self.spark, found, self.keys, sig=True) if found else None
-            inside = self.keep(
-                _select(self.wide, self.keys, decoded, self.first_bits, cells, bits, n_cells, found=found)
+            inside = _select(
+                self.wide, self.keys, decoded, self.first_bits, cells, bits, n_cells, found=found
             )
-            if found and not _explained(inside, decoded, found, self.keys, self.first_bits):
-                # a cell where several keys differ passed the decoding checks (a chance of about
-                # 2^-31 per cell): forget the decoding and bisect every differing cell
-                log.warning("verify: a decoded cell is not explained by its key; bisecting instead")
-                self.levels[0]["decoded_cells"] = 0
-                cells, bits, n_cells, sampled = self.bisect(differing, self.first_stats)
-                inside = self.keep(_select(self.wide, self.keys, None, 0, cells, bits, n_cells))
         return inside, sampled
 
     def bisect(self, differing: DataFrame, stats: Stats) -> tuple[DataFrame, int, int, dict[str, Any] | None]:
@@ -291,6 +283,14 @@ def _first_bits(staging: DataFrame, rules: Rules) -> int:
     return max(FIRST_BITS, min(18, math.ceil(math.log2(max(rows, 1) / 1000))))
 
 
+def _in_set(expression: str, values: list[int]) -> Column:
+    """``expression IN (values)`` as one SQL text: Spark makes it a hash-set lookup, and one
+    parse costs far less than a literal per value through py4j (``Column.isin``)."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"{expression} IN ({', '.join(str(v) for v in values)})")
+
+
 def _select(
     wide: DataFrame,
     keys: list[str],
@@ -323,7 +323,7 @@ def _select(
         )
         sigs = sorted({int(f["sig"]) for f in found or ()})
         if found is not None and len(sigs) <= PREFILTER_VALUES:
-            quick.append(_signature(F.col("kh")).isin(sigs))
+            quick.append(_in_set(f"pmod(kh, {P})", sigs))
         else:
             cheap = False
     if cells is not None:
@@ -335,7 +335,8 @@ def _select(
             values = sorted(
                 {int(row[0]) for row in cells.select(F.xxhash64(*keys, F.col("kb"))).distinct().collect()}
             )
-            quick.append(F.xxhash64(*keys, kb(cell_bits)).isin(values))
+            mask = (1 << cell_bits) - 1
+            quick.append(_in_set(f"xxhash64({', '.join(keys)}, kh & {mask})", values))
         else:
             cheap = False
     if not lookups:
@@ -518,8 +519,8 @@ def _cells(
 ) -> DataFrame:
     """Per cell (keys, kb): row count and hash sums of each side; only rows of ``previous`` cells.
 
-    With ``moments``, also ``d1``, ``d2``, ``d3``: the differences between the sides of the
-    sums of ``b``, ``a*b`` and ``a^2*b`` modulo :data:`P`, where ``a`` is the key's signature
+    With ``moments``, also ``d1`` to ``d4``: the differences between the sides of the sums of
+    ``b``, ``a*b``, ``a^2*b`` and ``a^3*b`` modulo :data:`P`, where ``a`` is the key's signature
     and ``b`` the row hash modulo ``P``: what :func:`decode_cells` needs to name the key of a
     cell that differs by one key.
     """
@@ -550,13 +551,13 @@ def _cells(
         total(reference, lo).alias("lo_r"),
     ]
     if moments:
-        # per row, modulo P: a (the key's signature), m1 = h, m2 = a*m1, m3 = a*m2; products of
+        # per row, modulo P: a (the key's signature), m1 = h, m2 = a*m1, m3 = a*m2, m4 = a*m3; products of
         # two numbers below 2^31 fit in a long. Reference rows count negatively (P - m), so one
         # sum per moment holds the difference of the sides; it fits for up to 2^32 rows a cell.
         src = src.withColumn("_a", _signature(F.col("kh"))).withColumn("_m1", F.pmod(F.col("h"), F.lit(P)))
-        for i in (2, 3):
+        for i in (2, 3, 4):
             src = src.withColumn(f"_m{i}", F.pmod(F.col("_a") * F.col(f"_m{i - 1}"), F.lit(P)))
-        for i in (1, 2, 3):
+        for i in (1, 2, 3, 4):
             signed = F.when(staging, F.col(f"_m{i}")).otherwise(F.lit(P) - F.col(f"_m{i}"))
             sums.append(F.coalesce(F.sum(signed), F.lit(0).cast("long")).alias(f"d{i}"))
     return src.groupBy(*keys, kb.alias("kb")).agg(*sums)
@@ -564,7 +565,6 @@ def _cells(
 
 P = 2_147_483_647
 """The prime 2^31 - 1: moments are sums modulo P."""
-_CELL_COLUMNS = ["n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r"]
 DECODE_CELLS = 200_000
 """Differing cells up to this many are brought to the driver and decoded."""
 PREFILTER_VALUES = 50_000
@@ -578,23 +578,24 @@ def decode_cells(
 
     In a cell whose staging and reference rows differ only by the rows of one key (a changed
     row, a missing or an extra one, duplicates of it), every row of that key has the same
-    signature ``a``, so the moment differences are ``d1 = D``, ``d2 = a*D`` and ``d3 = a^2*D``
-    (modulo P) for some ``D``: ``a = d2 / d1``, confirmed by ``d3 = a*d2``. A cell where
-    several keys differ passes that check with a chance of about 2^-31; the fetched rows
-    then do not explain the cell's difference (:func:`_explained`), which is caught. A cell
-    that fails the check, or has ``d1 = 0``, is left in ``rest`` for bisection.
+    signature ``a``, so the moment differences are ``d1 = D``, ``d2 = a*D``, ``d3 = a^2*D``
+    and ``d4 = a^3*D`` (modulo P) for some ``D``: ``a = d2 / d1``, confirmed by ``d3 = a*d2``
+    and ``d4 = a*d3``. A cell where several keys differ passes both checks with a chance of
+    about 2^-62 (the same order as two different rows having equal 64-bit hashes, which
+    every checksum comparison accepts); it fails them otherwise and is left in ``rest`` for
+    bisection, as is a cell with ``d1 = 0``.
 
-    ``found`` rows are the cell (``keys``, ``kb``), the signature ``sig`` and the cell's
-    counts and hash sums; ``rest`` rows the cell and its counts.
+    ``found`` rows are the cell (``keys``, ``kb``) and the key's signature ``sig``; ``rest``
+    rows the cell and its counts.
     """
     found, rest = [], []
     for row in rows:
-        d1, d2, d3 = (int(row[f"d{i}"]) % P for i in (1, 2, 3))
+        d1, d2, d3, d4 = (int(row[f"d{i}"]) % P for i in (1, 2, 3, 4))
         cell = {**{k: row[k] for k in keys}, "kb": row["kb"]}
         if d1:
             a = d2 * pow(d1, P - 2, P) % P
-            if (a * d2 - d3) % P == 0:
-                found.append({**cell, "sig": a, **{c: int(row[c]) for c in _CELL_COLUMNS}})
+            if (a * d2 - d3) % P == 0 and (a * d3 - d4) % P == 0:
+                found.append({**cell, "sig": a})
                 continue
         rest.append({**cell, "n_s": int(row["n_s"]), "n_r": int(row["n_r"])})
     return found, rest
@@ -608,32 +609,6 @@ def _cell_frame(
     names = [*keys, "kb", *(["sig"] if sig else [])]
     schema = ", ".join(f"{n} {types[n]}" for n in names)
     return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
-
-
-def _explained(
-    inside: DataFrame, decoded: DataFrame | None, found: list[dict[str, Any]], keys: list[str], bits: int
-) -> bool:
-    """True when, in every decoded cell, the fetched rows of its key account for the whole
-    difference of the cell (counts and 64-bit hash sums of both sides)."""
-    from pyspark.sql import functions as F
-
-    if decoded is None:
-        return True
-    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1))
-    rows = inside.withColumn("kb", kb).withColumn("sig", _signature(F.col("kh")))
-    lookup = F.broadcast(decoded.select(*keys, "kb", "sig"))
-    fetched = rows.join(lookup, [*keys, "kb", "sig"], "left_semi").select(*keys, "sig", "kh", "h", "side")
-    totals = {
-        (*(r[k] for k in keys), int(r["kb"]), int(r["sig"])): [int(r[c]) for c in _CELL_COLUMNS]
-        for r in _cells(fetched, [*keys, "sig"], bits, None, 0, 0).toArrow().to_pylist()
-    }
-    for f in found:
-        t = totals.get((*(f[k] for k in keys), f["kb"], f["sig"]), [0, 0, 0, 0, 0, 0])
-        of_key = (t[0] - t[1], checksum(t[2] - t[4], t[3] - t[5]))
-        of_cell = (f["n_s"] - f["n_r"], checksum(f["hi_s"] - f["hi_r"], f["lo_s"] - f["lo_r"]))
-        if of_key != of_cell:
-            return False
-    return True
 
 
 def _cell_differs() -> Column:
@@ -860,40 +835,43 @@ LOCAL_ROWS = 50_000
 
 
 def _drill(inside: DataFrame, rules: Rules) -> dict[str, Any]:
-    """Join the rows that may differ (both sides, ``side`` 0 and 1) on the key; classify them.
+    """Bring each key's rows of both sides together (``side`` 0 and 1) and classify them.
 
-    One Spark action when at most :data:`LOCAL_ROWS` rows differ (they are tallied on the
-    driver); otherwise the counts and samples are aggregated in Spark (a few more actions).
+    One aggregation by key puts a key's staging and reference values side by side (and
+    counts its rows per side, which finds duplicates): a single shuffle, where a join would
+    need two and a sort. One Spark action when at most :data:`LOCAL_ROWS` rows differ (they
+    are tallied on the driver); otherwise counts and samples are aggregated in Spark.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     nk, nc = len(rules.key), len(rules.columns)
     has_cat = rules.category is not None
+    staging, reference = F.col("side") == 0, F.col("side") == 1
 
-    def part(side: int, prefix: str) -> DataFrame:
-        key_cols = [F.col(f"k{i}").alias(f"{prefix}k{i}") for i in range(nk)]
-        cols = [F.col(f"c{i}").alias(f"{prefix}c{i}") for i in range(nc)]
-        cols += [
-            F.col("w").alias(f"{prefix}w"),
-            F.col("tb").alias(f"{prefix}tb"),
-            F.lit(True).alias(f"{prefix}p"),
-        ]
+    def first(side: Column, column: str) -> Column:
+        return F.first(F.when(side, F.col(column)), ignorenulls=True)
+
+    sums = [
+        F.sum(F.when(staging, 1).otherwise(0)).alias("s_n"),
+        F.sum(F.when(reference, 1).otherwise(0)).alias("r_n"),
+    ]
+    for prefix, side in (("s_", staging), ("r_", reference)):
+        sums += [first(side, f"c{i}").alias(f"{prefix}c{i}") for i in range(nc)]
+        sums += [first(side, "w").alias(f"{prefix}w"), first(side, "tb").alias(f"{prefix}tb")]
         if has_cat:
-            cols.append(F.col("cat").alias(f"{prefix}cat"))
-        cols.append(F.col("kh").alias(f"{prefix}kh"))
-        # partitioned by the key hash like the join below, so that Spark shuffles once
-        same_key = Window.partitionBy(f"{prefix}kh", *[f"{prefix}k{i}" for i in range(nk)])
-        rows = inside.where(F.col("side") == side).select(*key_cols, *cols)
-        return rows.withColumn(f"{prefix}n", F.count(F.lit(1)).over(same_key))
-
-    sp, rp = part(0, "s_"), part(1, "r_")
-    same = F.col("s_k0").eqNullSafe(F.col("r_k0"))
-    for i in range(1, nk):
-        same = same & F.col(f"s_k{i}").eqNullSafe(F.col(f"r_k{i}"))
-    # equi-join on the (never null) key hash; the keys themselves are a residual condition,
-    # written so that Spark does not make them join keys too (null-safe, hash collisions)
-    joined = sp.join(rp, (F.col("s_kh") == F.col("r_kh")) & (same == F.lit(True)), "full_outer")
+            sums.append(first(side, "cat").alias(f"{prefix}cat"))
+    per_key = inside.groupBy(*[f"k{i}" for i in range(nk)]).agg(*sums)
+    present = {p: F.when(F.col(f"{p}n") > 0, F.lit(True)) for p in ("s_", "r_")}
+    joined = per_key.select(
+        "*",
+        *[
+            F.when(present[p].isNotNull(), F.col(f"k{i}")).alias(f"{p}k{i}")
+            for p in ("s_", "r_")
+            for i in range(nk)
+        ],
+        present["s_"].alias("s_p"),
+        present["r_"].alias("r_p"),
+    )
 
     s_p, r_p = F.col("s_p").isNotNull(), F.col("r_p").isNotNull()
     differs = [_differs(F.col(f"s_c{i}"), F.col(f"r_c{i}"), rule) for i, rule in enumerate(rules.columns)]
@@ -911,7 +889,7 @@ def _drill(inside: DataFrame, rules: Rules) -> dict[str, Any]:
     )
     in_window = (~s_p | (F.col("s_w") == 1)) & (~r_p | (F.col("r_w") == 1))
     names = F.array(*[F.when(d, F.lit(rule.name)) for d, rule in zip(differs, rules.columns, strict=True)])
-    duplicated = (F.coalesce(F.col("s_n"), F.lit(0)) > 1) | (F.coalesce(F.col("r_n"), F.lit(0)) > 1)
+    duplicated = (F.col("s_n") > 1) | (F.col("r_n") > 1)
     result = (
         joined.withColumn("status", status)
         .where((F.col("status") != "equal") | duplicated)
