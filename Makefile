@@ -6,10 +6,15 @@ STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium (the verify report rendering test uses it)" >&2; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
+	    || echo "chromium not installed: the report rendering test will be skipped" >&2; \
+	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[embedded,dev]'
@@ -32,6 +37,9 @@ bench-kafka: install
 
 bench-job: install
 	$(BIN)/python bench/job_run.py
+
+bench-verify: install
+	$(BIN)/python bench/verify.py
 
 clean:
 	rm -rf $(VENV) .rewind .pytest_cache
