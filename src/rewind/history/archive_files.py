@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rewind.history.schema import arrow_schema, tp_key
+from rewind.spark.kafka_fetch import partitions_in
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -146,7 +147,7 @@ class ArchiveFiles:
             if batch.num_rows == 0:
                 continue
             table = pa.Table.from_batches([batch])
-            for topic, partition in _partitions_in(table):
+            for topic, partition in partitions_in(table):
                 part = table.filter(
                     pc.and_(pc.equal(table["topic"], topic), pc.equal(table["partition"], partition))
                 )
@@ -225,11 +226,6 @@ def _runs(offsets: Any) -> list[list[int]]:
     starts = np.concatenate([[offsets[0]], offsets[breaks + 1]])
     ends = np.concatenate([offsets[breaks] + 1, [offsets[-1] + 1]])
     return [[int(s), int(e)] for s, e in zip(starts, ends, strict=True)]
-
-
-def _partitions_in(table: pa.Table) -> list[tuple[str, int]]:
-    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
-    return sorted(zip(pairs["topic"].to_pylist(), pairs["partition"].to_pylist(), strict=True))
 
 
 def result_arrow_schema() -> pa.Schema:

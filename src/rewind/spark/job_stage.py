@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
 from rewind.job.units import UnitCounts, WorkUnit
+from rewind.spark.kafka_fetch import partitions_in
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -149,7 +150,7 @@ class ProcessUnits:
             if batch.num_rows == 0:
                 continue
             table = pa.Table.from_batches([batch])
-            for topic, partition in _partitions_in(table):
+            for topic, partition in partitions_in(table):
                 part = table.filter(
                     pc.and_(pc.equal(table["topic"], topic), pc.equal(table["partition"], partition))
                 )
@@ -180,12 +181,6 @@ class ProcessUnits:
             )
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=_result_arrow_schema())
-
-
-def _partitions_in(table: pa.Table) -> list[tuple[str, int]]:
-
-    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
-    return sorted(zip(pairs["topic"].to_pylist(), pairs["partition"].to_pylist(), strict=True))
 
 
 def _result_arrow_schema() -> pa.Schema:

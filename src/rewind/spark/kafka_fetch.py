@@ -195,3 +195,9 @@ def _to_batch(schema: pa.Schema, messages: list[Any], include_headers: bool) -> 
             )
         )
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def partitions_in(table: pa.Table) -> list[tuple[str, int]]:
+    """The distinct (topic, partition) pairs of a table in Kafka's schema, sorted."""
+    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
+    return sorted(zip(pairs["topic"].to_pylist(), pairs["partition"].to_pylist(), strict=True))
