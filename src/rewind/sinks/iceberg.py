@@ -84,6 +84,8 @@ class IcebergSink:
     """Writes a run's output into Iceberg staging, one commit per batch of work units."""
 
     kind = "iceberg"
+    supports_rebase = True
+    """``promote(staging, rebase=True)`` re-applies the run's output on a ``main`` that moved."""
 
     def __init__(
         self,
@@ -185,13 +187,17 @@ class IcebergSink:
         right after cutting the branch and before this commit is caught on resume: the
         branch then has no run commit at all and the window is cleared again.
         """
-        assert self.window is not None and self.window_column
         table = self._load(self.table_name)
         assert table is not None
+        marks = {RUN_PROPERTY: run_id, UNITS_PROPERTY: ""}
+        table.delete(self.window_filter(), snapshot_properties=marks, branch=branch)
+
+    def window_filter(self) -> str:
+        """The rows of the repaired window, ``[lo, hi)`` on the window column, as an Iceberg filter."""
+        assert self.window is not None and self.window_column
         lo, hi = self.window
         column = self.window_column
-        condition = f"{column} >= '{lo.isoformat()}' AND {column} < '{hi.isoformat()}'"
-        table.delete(condition, snapshot_properties={RUN_PROPERTY: run_id, UNITS_PROPERTY: ""}, branch=branch)
+        return f"{column} >= '{lo.isoformat()}' AND {column} < '{hi.isoformat()}'"
 
     def _base_of(self, table: Table, branch: str, run_id: str) -> int | None:
         for snap in self._ancestors(table, branch):
@@ -273,10 +279,10 @@ class IcebergSink:
 
     # -- publishing -----------------------------------------------------------------------
 
-    def promote(self, staging: IcebergStaging) -> Swap:
+    def promote(self, staging: IcebergStaging, rebase: bool = False) -> Swap:
         from rewind.sinks.iceberg_publish import promote
 
-        return promote(self, staging)
+        return promote(self, staging, rebase=rebase)
 
     def rollback(self, staging: IcebergStaging, promoted: dict[str, Any]) -> Swap:
         from rewind.sinks.iceberg_publish import rollback
