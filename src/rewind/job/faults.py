@@ -5,7 +5,11 @@ Points: ``after-plan`` (plan stored, run not started), ``mid-wave`` (Spark job o
 running), ``after-quarantine-commit``, ``after-sink-commit`` (output committed, ledger not
 updated), ``after-ledger-update``. The Kafka sink adds ``kafka-commit-mid-produce``,
 ``kafka-commit-before-marker`` and ``kafka-commit-before-end``; the archive its own
-``archive-*`` points.
+``archive-*`` points. Publishing: ``promote-after-audit`` and ``rollback-after-audit`` (the
+swap and its audit entry done, the run state not moved); the Iceberg sink adds
+``iceberg-promote-before-commit``, ``iceberg-promote-after-commit``,
+``iceberg-rollback-before-commit`` and ``iceberg-rollback-after-commit`` around its one
+catalog operation (branch swap, rebase commit or table rename).
 """
 
 from __future__ import annotations

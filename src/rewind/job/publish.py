@@ -4,7 +4,8 @@ Promotion gates, in order: the run succeeded; its conservation law held (records
 emitted + quarantined + filtered, from the ledger); the latest verification of the run
 passed. ``force`` with a ``reason`` overrides the gates and the reason is recorded. The swap
 itself is one atomic catalog operation (see :mod:`rewind.sinks.iceberg_publish`); the
-ledger is updated after it, and a re-run after a crash finds the swap done and records it.
+ledger is updated after it (audit entry, then run state: :func:`_record`), and a re-run after
+a crash (kill -9 at any point) finds the swap done and records it, once.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
+from rewind.job import faults
 
 if TYPE_CHECKING:
     from rewind.config import Settings
-    from rewind.ledger import Ledger
+    from rewind.ledger import AuditEntry, Ledger, RunState
 
 
 class PromotionRefused(RewindError):
@@ -54,8 +56,14 @@ def _sink_and_staging(settings: Settings, ledger: Ledger, run_id: str) -> tuple[
 
 
 def promote_run(
-    settings: Settings, run_id: str, force: bool = False, reason: str | None = None
+    settings: Settings, run_id: str, force: bool = False, reason: str | None = None, rebase: bool = False
 ) -> dict[str, Any]:
+    """Promote ``run_id``: gates, lease check, the sink's atomic swap, then the ledger record.
+
+    ``rebase`` lets a sink that supports it (Iceberg) re-apply the run's output on a target
+    that moved since staging, instead of refusing. The record is the audit entry first, then
+    the state; a run killed between the two is completed by a re-run (see :func:`_record`).
+    """
     from rewind.job.service import _ledger
 
     if force and not (reason and reason.strip()):
@@ -63,27 +71,29 @@ def promote_run(
     with _ledger(settings) as ledger:
         run = ledger.get_run(run_id)
         if run.state == "promoted":
-            sink, staging = _sink_and_staging(settings, ledger, run_id)
-            swap = sink.promote(staging)
-            return {"run_id": run_id, "state": "promoted", "swap": swap.to_dict(), "already_promoted": True}
+            # the state moves only after the swap and its audit entry: report what was recorded
+            recorded = _last_publish(ledger, run_id)
+            details = dict(recorded.details) if recorded is not None else {}
+            swap = {k: v for k, v in details.items() if k not in ("forced", "gates_failed", "reason")}
+            return {"run_id": run_id, "state": "promoted", "swap": swap, "already_promoted": True}
         failed = _gates(ledger, run_id)
         if failed and not force:
             raise PromotionRefused(
                 f'promotion of {run_id} refused: {"; ".join(failed)}; fix that, or --force --reason "..."'
             )
         sink, staging = _sink_and_staging(settings, ledger, run_id)
+        if rebase and not getattr(sink, "supports_rebase", False):
+            raise PromotionRefused(
+                f"--rebase is not supported by the {sink.kind} sink of run {run_id}; promote without it"
+            )
         live = ledger.lease(sink.target)  # a live run on the target would still be writing
         if live is not None and live.holder != run_id and _alive(live):
             raise PromotionRefused(
                 f"target {sink.target} is held by run {live.holder}; wait for it to finish"
             )
-        swap = sink.promote(staging)
-        ledger.set_state(run_id, "promoted")
-        ledger.audit(
-            run_id,
-            "promote",
-            {**swap.to_dict(), "forced": bool(failed), "gates_failed": failed, "reason": reason},
-        )
+        swap = sink.promote(staging, rebase=True) if rebase else sink.promote(staging)
+        details = {**swap.to_dict(), "forced": bool(failed), "gates_failed": failed, "reason": reason}
+        _record(ledger, run_id, "promote", details, "promoted")
         return {
             "run_id": run_id,
             "state": "promoted",
@@ -94,19 +104,45 @@ def promote_run(
 
 
 def rollback_run(settings: Settings, run_id: str) -> dict[str, Any]:
+    """Undo the last promotion of ``run_id``; completes an interrupted promote or rollback record."""
     from rewind.job.service import _ledger
 
     with _ledger(settings) as ledger:
-        run = ledger.get_run(run_id)
         promotions = [e for e in ledger.audit_log(run_id) if e.action == "promote"]
         if not promotions:
-            raise RewindError(f"run {run_id} was never promoted; nothing to roll back")
+            raise RewindError(
+                f"run {run_id} was never promoted (no promotion recorded); if `rewind promote {run_id}` "
+                "was interrupted, run it again first"
+            )
         sink, staging = _sink_and_staging(settings, ledger, run_id)
+        last = _last_publish(ledger, run_id)
+        if ledger.get_run(run_id).state != "promoted" and last is not None and last.action == "promote":
+            ledger.set_state(run_id, "promoted")  # a promote killed between its audit and its state
         swap = sink.rollback(staging, promotions[-1].details)
-        if run.state == "promoted":
-            ledger.set_state(run_id, "rolled_back")
-            ledger.audit(run_id, "rollback", swap.to_dict())
+        if ledger.get_run(run_id).state == "promoted":
+            _record(ledger, run_id, "rollback", swap.to_dict(), "rolled_back")
         return {"run_id": run_id, "state": "rolled_back", "swap": swap.to_dict()}
+
+
+def _last_publish(ledger: Ledger, run_id: str) -> AuditEntry | None:
+    """The newest ``promote`` or ``rollback`` audit entry of the run, or None."""
+    entries = [e for e in ledger.audit_log(run_id) if e.action in ("promote", "rollback")]
+    return entries[-1] if entries else None
+
+
+def _record(ledger: Ledger, run_id: str, action: str, details: dict[str, Any], state: RunState) -> None:
+    """Record a swap: (1) the audit entry, (2) the run state; each its own ledger transaction.
+
+    The audit goes first so no crash can leave a state without its entry (rollback needs the
+    promotion's snapshot ids). A crash between the two leaves the entry as the newest
+    promote/rollback of the run with the state not moved: a re-run sees that and only moves
+    the state, so every swap is audited once. Fault point ``<action>-after-audit`` sits between.
+    """
+    last = _last_publish(ledger, run_id)
+    if last is None or last.action != action:
+        ledger.audit(run_id, action, details)
+    faults.point(f"{action}-after-audit")
+    ledger.set_state(run_id, state)
 
 
 def _alive(lease: Any) -> bool:
