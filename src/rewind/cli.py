@@ -408,11 +408,15 @@ def promote(
     json_out: JsonOpt = False,
     force: Annotated[bool, typer.Option(help="Override failed gates (needs --reason).")] = False,
     reason: Annotated[str | None, typer.Option(help="Why the gates are overridden (recorded).")] = None,
+    rebase: Annotated[
+        bool,
+        typer.Option(help="Iceberg: if the target moved since staging, re-apply the run's output on it."),
+    ] = False,
 ) -> None:
     """Swap the verified staging in atomically; refused unless the gates pass."""
     from rewind.job.publish import promote_run
 
-    data = promote_run(_settings(), run_id, force=force, reason=reason)
+    data = promote_run(_settings(), run_id, force=force, reason=reason, rebase=rebase)
     Output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} promoted: {d['swap']}"))
 
 
