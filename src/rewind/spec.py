@@ -1005,8 +1005,18 @@ class Translate(_Model):
         ),
         json_schema_extra={"doc_type": "mapping column → Spark type"},
     )
+    fold: str | None = Field(
+        default=None,
+        description=(
+            "`package.module:callable` that combines the rows of each `key` into one row, for read "
+            "models (per-order totals...): the translate emits partial rows, one per event, and once "
+            "every unit is committed the run's rows are folded across the whole window. Called with a "
+            "pandas DataFrame holding every row of some keys (sorted by key, then source time and "
+            "offset); returns one row per key with the same columns. Iceberg sinks only."
+        ),
+    )
 
-    @field_validator("function")
+    @field_validator("function", "fold")
     @classmethod
     def _function(cls, value: str | None) -> str | None:
         if value is not None and not _FUNCTION.fullmatch(value.strip()):
@@ -1092,6 +1102,21 @@ class IcebergSink(_Model):
         ),
         json_schema_extra={"doc_default": f"`{_LINEAGE_TIME}` for replace-window"},
     )
+    window_from: datetime | None = Field(
+        default=None,
+        description=(
+            "`replace-window` only: start of the replaced window when it is not the source window "
+            "(a read model keyed by order time reads a few days past the window so every order in it "
+            "is whole). Output rows outside the replaced window are dropped and counted. Default: the "
+            "source window's start."
+        ),
+    )
+    window_to: datetime | None = Field(
+        default=None,
+        description=(
+            "`replace-window` only: end (exclusive) of the replaced window. Default: the source window's end."
+        ),
+    )
 
     @field_validator("table")
     @classmethod
@@ -1100,17 +1125,33 @@ class IcebergSink(_Model):
             raise _Bad("not a namespace.table name", "like analytics.order_totals", got=table)
         return table
 
+    @field_validator("window_from", "window_to", mode="plain")
+    @classmethod
+    def _window_time(cls, value: Any, info: Any) -> datetime | None:
+        return _verify_time(value, info.field_name)
+
+    @field_serializer("window_from", "window_to")
+    def _dump_window_time(self, value: datetime | None) -> str | None:
+        return None if value is None else _iso(value)
+
     @model_validator(mode="after")
     def _window(self) -> IcebergSink:
-        if self.mode == "append" and self.window_column is not None:
-            raise _Bad(
-                "used only by mode replace-window",
-                "remove it or set mode: replace-window",
-                got=self.window_column,
-                at=("window_column",),
-            )
+        for name in ("window_column", "window_from", "window_to"):
+            if self.mode == "append" and getattr(self, name) is not None:
+                raise _Bad(
+                    "used only by mode replace-window",
+                    "remove it or set mode: replace-window",
+                    got=getattr(self, name),
+                    at=(name,),
+                )
         if self.mode == "replace-window" and self.window_column is None:
             _fill(self, "window_column", _LINEAGE_TIME)
+        if self.window_from and self.window_to and self.window_from >= self.window_to:
+            raise _Bad(
+                "window_from is not before window_to",
+                "the replaced window is [window_from, window_to)",
+                got=_Plain(f"{_iso(self.window_from)} .. {_iso(self.window_to)}"),
+            )
         return self
 
     @property
@@ -1903,6 +1944,15 @@ class JobSpec(_Model):
                 got=self.quarantine.table,
                 at=("quarantine", "table"),
             )
+        if iceberg is not None and (iceberg.window_from or iceberg.window_to):
+            self._replaced_within_source(iceberg)
+        if self.translate.fold is not None and iceberg is None:
+            raise _Bad(
+                "needs an Iceberg sink",
+                "fold rewrites the run's rows in one Iceberg commit; write the read model to sink.iceberg",
+                got=self.translate.fold,
+                at=("translate", "fold"),
+            )
         kafka_sink, kafka_source = self.sink.kafka, self.source.window
         if kafka_sink and kafka_source and kafka_sink.topic in kafka_source.topics:
             raise _Bad(
@@ -1912,6 +1962,25 @@ class JobSpec(_Model):
                 at=("sink", "kafka", "topic"),
             )
         return self
+
+    def _replaced_within_source(self, iceberg: IcebergSink) -> None:
+        # rows of a replaced window the source does not cover would be deleted and never rewritten
+        window = self.source.window
+        lo, hi = window.from_, window.to
+        if not (isinstance(lo, datetime) and isinstance(hi, datetime)):
+            raise _Bad(
+                "needs a source window given as times",
+                "give source from/to as ISO times, or drop window_from/window_to",
+                at=("sink", "iceberg", "window_from" if iceberg.window_from else "window_to"),
+            )
+        for name, value in (("window_from", iceberg.window_from), ("window_to", iceberg.window_to)):
+            if value is not None and not lo <= value <= hi:
+                raise _Bad(
+                    "outside the source window",
+                    f"the replaced window must lie within the source window {_iso(lo)} .. {_iso(hi)}",
+                    got=_Plain(_iso(value)),
+                    at=("sink", "iceberg", name),
+                )
 
     # -- derived ----------------------------------------------------------------------------
 

@@ -123,14 +123,10 @@ def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
 
 
 def _time_window(spec: JobSpec) -> tuple[datetime, datetime] | None:
-    """The source window as times, when both ends are times (replace-window needs them)."""
-    kafka = spec.source.kafka or spec.source.history
-    if kafka is None:
-        return None
-    lo, hi = kafka.from_, kafka.to
-    if isinstance(lo, datetime) and isinstance(hi, datetime):
-        return lo, hi
-    return None
+    """The window a replace-window run replaces, when both ends are times."""
+    from rewind.job.finalize import replaced_window
+
+    return replaced_window(spec)
 
 
 def quarantine_table(spec: JobSpec) -> str:

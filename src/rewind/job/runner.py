@@ -13,7 +13,10 @@ Steps of a run, in order (the code below follows them one by one):
 5. run the pending units in waves; per wave: Spark reads, processes and writes files;
    the driver checks the conservation law per unit, commits the quarantine files, then the
    output files with the unit ids and counts in the same commit, then updates the ledger;
-6. check the conservation law over the whole run, mark it ``succeeded``, release the lease.
+6. read models only (``translate.fold``, or ``replace-window`` on an output column): fold
+   the run's rows per key across the window and drop rows outside the replaced window, in
+   one commit marked with the run (:mod:`rewind.job.finalize`);
+7. check the conservation law over the whole run, mark it ``succeeded``, release the lease.
 
 Any failure marks the run ``failed`` (Ctrl-C: ``interrupted``) with the error; ``rewind
 resume RUN`` continues from step 1.
@@ -75,9 +78,11 @@ class RunOutcome:
     units: int
     waves: int = 0
     notes: list[str] = field(default_factory=list)
+    folded: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"folded": self.folded} if self.folded is not None else {}),
             "run_id": self.run_id,
             "state": self.state,
             "plan_id": self.plan_id,
@@ -157,7 +162,9 @@ def execute(
                     after_commit([u.id for u in wave])
                 if progress is not None:
                     progress(_progress(ledger, plan, run_id, started))
-            # 6. whole-run conservation and success
+            # 6. read models: fold the run's rows per key, keep the replaced window (once)
+            folded = _finalize(settings, ledger, plan, sink, staging, run_id)
+            # 7. whole-run conservation and success
             totals = ledger.unit_counts(run_id)
             counts = UnitCounts(
                 totals.records_read,
@@ -185,6 +192,7 @@ def execute(
                 time.monotonic() - started,
                 len(plan.units),
                 waves,
+                folded=folded,
             )
     except LeaseHeld as exc:
         # nothing ran; a new run fails, a run another process holds is not ours to change
@@ -278,6 +286,24 @@ def _counts_for(data: dict[str, Any] | None) -> dict[str, Any]:
         "filtered": c.filtered,
         "reasons": c.reasons,
     }
+
+
+def _finalize(
+    settings: Settings,
+    ledger: Ledger,
+    plan: JobPlan,
+    sink: StagingSink[Any],
+    staging: Staging,
+    run_id: str,
+) -> dict[str, Any] | None:
+    """Step 6: the fold/trim of :mod:`rewind.job.finalize`, for the specs that ask for it."""
+    from rewind.job.finalize import finalize_run, needs_finalize
+    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+
+    if not needs_finalize(plan.job_spec()):
+        return None
+    assert isinstance(sink, IcebergSink) and isinstance(staging, IcebergStaging)
+    return finalize_run(settings, ledger, plan, sink, staging, run_id)
 
 
 def _run_wave(

@@ -34,12 +34,16 @@ VERIFIABLE = ("succeeded", "promoted", "rolled_back")
 
 
 def job_window(spec: JobSpec) -> tuple[datetime | None, datetime | None]:
-    """The job's source window where its ends are times (an end given as offsets is unbounded)."""
+    """The job's window where its ends are times (an end given as offsets is unbounded): the
+    replaced window of a replace-window sink (``window_from``/``window_to``), else the source's."""
     kafka = spec.source.kafka or spec.source.history
     if kafka is None:
         return None, None
     lo = kafka.from_ if isinstance(kafka.from_, datetime) else None
     hi = kafka.to if isinstance(kafka.to, datetime) else None
+    ice = spec.sink.iceberg
+    if ice is not None:
+        lo, hi = ice.window_from or lo, ice.window_to or hi
     return lo, hi
 
 

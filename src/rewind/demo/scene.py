@@ -1,0 +1,240 @@
+"""The demo's starting state: the ``orders`` topic, the archive, and v1's ``order_totals``.
+
+:func:`set_scene` builds it from scratch on every run (dropping what an earlier demo left
+under the same prefix) and returns a :class:`Scene` that also carries what the generated
+data says every later step must find: records in the repair window, malformed records by
+kind, orders placed in the bug window, orders v1 got wrong, and the correct read model.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rewind.demo import orders as domain
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyspark.sql import SparkSession
+
+    from rewind.config import Settings
+    from rewind.demo.story import Say, Window
+
+PARTITIONS = 6
+
+
+@dataclass
+class Scene:
+    topic: str
+    archive_table: str
+    model_table: str
+    sqlite_path: Path
+    catalog: Catalog
+    events: int
+    log_start: dict[int, int]
+    in_read_window: int
+    malformed_in_window: dict[str, int]
+    orders_in_bug_window: int
+    orders_wrong_in_v1: int
+    v1: pd.DataFrame
+    correct: pd.DataFrame
+    sample_ids: list[str] = field(default_factory=list)
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "events": self.events,
+            "orders": len(self.v1),
+            "archive": self.archive_table,
+            "read_model": self.model_table,
+            "sqlite": str(self.sqlite_path),
+        }
+
+    def read_model(self) -> pd.DataFrame:
+        """``order_totals`` as production reads it now (the table's main)."""
+        return self.catalog.load_table(self.model_table).scan().to_pandas()
+
+
+def set_scene(
+    settings: Settings,
+    spark: SparkSession,
+    *,
+    events: int,
+    seed: int,
+    prefix: str,
+    window: Window,
+    say: Say,
+) -> Scene:
+    from rewind.catalog import load_catalog
+    from rewind.history import archive_once
+
+    t0 = time.monotonic()
+    history = domain.generate(events, partitions=PARTITIONS, seed=seed)
+    topic = f"{prefix}.orders"
+    offsets = _produce(settings, topic, history)
+    say(
+        f"[bold]1. the scene[/]: {len(history.events):,} events of {history.orders:,} orders by "
+        f"{history.customers:,} customers over {domain.DAYS} days in topic {topic} "
+        f"({PARTITIONS} partitions), "
+        f"{sum(history.malformed.values())} of them malformed on purpose ({time.monotonic() - t0:.1f} s)"
+    )
+
+    catalog = load_catalog(settings)
+    model_table, archive_table = f"{prefix}.order_totals", f"{prefix}.orders_archive"
+    catalog.create_namespace_if_not_exists(prefix)
+    for name in (model_table, archive_table):
+        if catalog.table_exists(name):
+            catalog.drop_table(name)
+    v1 = domain.project_v1(history.valid, window.bug_from, window.bug_to)
+    correct = domain.project_v1(history.valid, window.bug_from, window.bug_from)  # an empty bug window
+    _write_iceberg_model(catalog, model_table, v1)
+    sqlite_path = settings.state_dir / f"{prefix}-read-models.sqlite"
+    _write_sqlite_model(sqlite_path, v1)
+    say(f"   v1 projection wrote {len(v1):,} orders to Iceberg {model_table} and to SQLite {sqlite_path}")
+
+    t0 = time.monotonic()
+    archived = archive_once(settings, [topic], archive_table, spark=spark)
+    log_start = _first_offsets_at(history, offsets, domain.ms(window.seam))
+    say(
+        f"   archived {archived.records:,} records into {archive_table} ({time.monotonic() - t0:.1f} s); "
+        f"records before {window.seam:%Y-%m-%d} declared beyond the log start "
+        f"(offsets {', '.join(f'p{p}:{o}' for p, o in sorted(log_start.items()))})"
+    )
+
+    lo, hi = domain.ms(window.bug_from), domain.ms(window.read_to)
+    in_window = [e for e in history.events if lo <= e.at_ms < hi]
+    malformed: dict[str, int] = {}
+    for e in in_window:
+        if e.data is None:
+            kind = _malformed_kind(e.value)
+            malformed[kind] = malformed.get(kind, 0) + 1
+    placed = (v1["placed_at"] >= window.bug_from) & (v1["placed_at"] < window.bug_to)
+    wrong = v1["total"] != correct["total"]
+    return Scene(
+        topic=topic,
+        archive_table=archive_table,
+        model_table=model_table,
+        sqlite_path=sqlite_path,
+        catalog=catalog,
+        events=len(history.events),
+        log_start=log_start,
+        in_read_window=len(in_window),
+        malformed_in_window=malformed,
+        orders_in_bug_window=int(placed.sum()),
+        orders_wrong_in_v1=int(wrong.sum()),
+        v1=v1,
+        correct=correct,
+        sample_ids=sorted(v1.loc[wrong, "order_id"])[:3],
+    )
+
+
+def _malformed_kind(value: bytes) -> str:
+    import json
+
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return "not JSON"
+    if "order_id" not in data:
+        return "no order id"
+    return "qty not a number" if isinstance(data.get("qty"), str) else "negative quantity"
+
+
+def _produce(settings: Settings, topic: str, history: domain.History) -> list[list[int]]:
+    """Recreate ``topic`` and produce the history in time order; each record's offset, per partition."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    from rewind.kafka import clients
+
+    conf = settings.kafka_config()
+    admin = clients.admin(conf)
+    if topic in admin.list_topics(timeout=15).topics:
+        for fut in admin.delete_topics([topic]).values():
+            fut.result(timeout=30)
+        deadline = time.monotonic() + 30
+        while topic in admin.list_topics(timeout=15).topics and time.monotonic() < deadline:
+            time.sleep(0.2)
+    for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+        fut.result(timeout=30)
+    producer = Producer({**conf, "enable.idempotence": True, "linger.ms": 20, "batch.size": 1_000_000})
+    offsets: list[list[int]] = [[] for _ in range(PARTITIONS)]
+    for event in history.events:
+        offsets[event.partition].append(len(offsets[event.partition]))
+        while True:
+            try:
+                producer.produce(
+                    topic, value=event.value, key=event.key, partition=event.partition, timestamp=event.at_ms
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    left = producer.flush(60)
+    if left:
+        from rewind.demo.story import DemoFailed
+
+        raise DemoFailed(f"demo step 'scene': {left} records of {topic} were not delivered")
+    return offsets
+
+
+def _first_offsets_at(history: domain.History, offsets: list[list[int]], at_ms: int) -> dict[int, int]:
+    """Per partition, the offset of the first record at or after ``at_ms`` (the declared log start)."""
+    first: dict[int, int] = {}
+    position = [0] * PARTITIONS
+    for event in history.events:
+        p = event.partition
+        if event.at_ms >= at_ms and p not in first:
+            first[p] = offsets[p][position[p]]
+        position[p] += 1
+    return {p: first.get(p, position[p]) for p in range(PARTITIONS)}
+
+
+def _arrow_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    from rewind.translate.lineage import LINEAGE_SCHEMA
+
+    types = {
+        "string": pa.string(),
+        "double": pa.float64(),
+        "long": pa.int64(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
+    fields = [pa.field(name, types[kind]) for name, kind in domain.READ_MODEL_SCHEMA.items()]
+    # v1 is not Rewind: its rows carry no lineage, so the lineage columns are optional here
+    return pa.schema(fields + [f.with_nullable(True) for f in LINEAGE_SCHEMA])
+
+
+def _write_iceberg_model(catalog: Catalog, name: str, v1: pd.DataFrame) -> None:
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    table = catalog.create_table(name, schema=schema)
+    data = pa.Table.from_pandas(v1, preserve_index=False)
+    for f in schema:
+        if f.name not in data.column_names:
+            data = data.append_column(f, pa.nulls(len(data), f.type))
+    table.append(data.select(schema.names).cast(schema))
+
+
+def _write_sqlite_model(path: Path, v1: pd.DataFrame) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE IF EXISTS order_totals")
+        db.execute(
+            "CREATE TABLE order_totals (order_id TEXT PRIMARY KEY, customer_id TEXT, status TEXT, "
+            "total REAL, item_count INTEGER, placed_at TEXT, last_event_time TEXT)"
+        )
+        rows = v1.assign(
+            placed_at=v1["placed_at"].dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            last_event_time=v1["last_event_time"].dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        )
+        db.executemany(
+            "INSERT INTO order_totals VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows[list(domain.READ_MODEL_SCHEMA)].itertuples(index=False, name=None),
+        )
