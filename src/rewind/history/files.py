@@ -65,6 +65,12 @@ def plan_files(
         snapshot_id = current.snapshot_id if current else None
     if snapshot_id is None:
         return []
+    if table.snapshot_by_id(snapshot_id) is None:
+        # reading "nothing" from a snapshot that is gone would lose the whole range silently
+        raise ArchiveTableError(
+            f"{table.name()} has no snapshot {snapshot_id}, the one the plan pinned (the table was "
+            "recreated or its snapshots expired); plan the job again"
+        )
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import LongType
 

@@ -134,12 +134,23 @@ def cut_units(read_plan: ReadPlan, unit_records: int) -> tuple[WorkUnit, ...]:
     return tuple(sorted(units))
 
 
-def plan_id_of(fingerprint: str, units: tuple[WorkUnit, ...]) -> str:
+def plan_id_of(fingerprint: str, units: tuple[WorkUnit, ...], pinned: str = "") -> str:
+    """The deterministic plan id: the spec, the units and what the plan pins (the archive
+    snapshot of a history source: a recreated or advanced archive is a new plan, never a
+    stored plan pointing at a snapshot that no longer exists)."""
     digest = hashlib.sha256()
     digest.update(fingerprint.encode())
     for unit in units:
         digest.update(unit.id.encode())
+    if pinned:
+        digest.update(b"/pinned/" + pinned.encode())
     return "p-" + digest.hexdigest()[:16]
+
+
+def _pinned(read_plan: dict[str, Any]) -> str:
+    history = read_plan.get("history") or {}
+    snapshot = history.get("archive_snapshot_id")
+    return "" if snapshot is None else f"{history.get('archive_table')}@{snapshot}"
 
 
 def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
@@ -201,7 +212,7 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
         gates.append(_bytes_gate(spec.guards.max_bytes, estimates.get("estimated_bytes")))
     fingerprint = spec.fingerprint()
     return JobPlan(
-        plan_id=plan_id_of(fingerprint, units),
+        plan_id=plan_id_of(fingerprint, units, _pinned(read_plan_data)),
         name=spec.name,
         spec=json.loads(spec.model_dump_json(by_alias=True)),
         read_plan=read_plan_data,
