@@ -156,7 +156,7 @@ def demo(
     """Play a production repair end to end on the embedded stack (starts it if needed)."""
     from rewind.demo.story import run_demo
 
-    console = Console(stderr=json_out, highlight=False)
+    console = Console(stderr=json_out, highlight=False, soft_wrap=True)
     result = run_demo(_settings(), events=events, seed=seed, say=console.print, report_path=report)
     Output(json_out).result({"ok": True, "steps": result.steps, "summary": result.summary}, _render_demo)
 
