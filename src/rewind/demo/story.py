@@ -59,6 +59,7 @@ class DemoResult:
 
     steps: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    scene: Scene | None = None
 
     def step(self, name: str, started: float, **facts: Any) -> dict[str, Any]:
         entry = {"step": name, "seconds": round(time.monotonic() - started, 2), **facts}
@@ -131,8 +132,12 @@ def run_demo(
     prefix: str = "demo",
     say: Say = lambda _: None,
     report_path: Path | None = None,
+    start_stack: bool = True,
 ) -> DemoResult:
-    """Play the story on the embedded stack (started if needed); see the module docstring."""
+    """Play the story on the embedded stack (started if needed); see the module docstring.
+
+    ``start_stack=False`` plays it on whatever the settings name (the tests' broker and catalog).
+    """
     from rewind.demo.scene import set_scene
     from rewind.embedded.stack import Stack
     from rewind.job.publish import promote_run, rollback_run
@@ -146,12 +151,14 @@ def run_demo(
     window = Window.default()
 
     t0 = time.monotonic()
-    Stack(settings).up()
+    if start_stack:
+        Stack(settings).up()
     spark = session(settings, app_name="rewind-demo")
     result.step("stack up", t0)
 
     t0 = time.monotonic()
     scene = set_scene(settings, spark, events=events, seed=seed, prefix=prefix, window=window, say=say)
+    result.scene = scene
     result.step("scene", t0, **scene.facts())
 
     spec = parse_spec(repair_spec(scene, window), "demo spec")
