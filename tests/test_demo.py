@@ -48,6 +48,7 @@ def test_the_story_runs_end_to_end_and_leaves_a_report(
         "run",
         "verify",
         "promote/rollback/promote",
+        "sqlite copy",
     ]
     assert s["records_read"] == scene.in_read_window
     assert s["quarantined"] == sum(scene.malformed_in_window.values())

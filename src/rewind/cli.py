@@ -172,11 +172,12 @@ def _render_demo(console: Console, data: dict[str, Any]) -> None:
     table.add_row("quarantined", f"{s['quarantined']:,} ({reasons})")
     table.add_row("run", f"{s['run_seconds']:.1f} s, {s['records_per_s'] or 0:,} records/s")
     table.add_row("whole demo", f"{s['demo_seconds']:.1f} s")
-    table.add_row("report", str(s["report"]))
     console.print(table)
+    console.print(f"report: {s['report']}", soft_wrap=True)
     console.print(
         f"[green]demo passed[/]: every step gave the result the data says it must. "
-        f"`rewind show {s['run_id']}` tells the run again; `rewind dev down` stops the stack."
+        f"`rewind show {s['run_id']}` tells the run again; `rewind dev down` stops the stack.",
+        soft_wrap=True,
     )
 
 

@@ -1012,7 +1012,8 @@ class Translate(_Model):
             "models (per-order totals...): the translate emits partial rows, one per event, and once "
             "every unit is committed the run's rows are folded across the whole window. Called with a "
             "pandas DataFrame holding every row of some keys (sorted by key, then source time and "
-            "offset); returns one row per key with the same columns. Iceberg sinks only."
+            "offset); returns one row per key with the same columns. Iceberg sinks, and PostgreSQL "
+            "sinks in upsert mode (the partial rows then wait in a scratch Iceberg table)."
         ),
     )
 
@@ -1175,6 +1176,48 @@ class PostgresSink(_Model):
         default="upsert",
         description="`upsert` on `key` (on the event id when `key` is empty), or `append`.",
     )
+    window_column: str | None = Field(
+        default=None,
+        description=(
+            "With `translate.fold`: the output column that places a folded row in the repaired window. "
+            "Folded rows outside `[window_from, window_to)` are dropped and counted (an entity cut by "
+            "the window's edge would be folded from part of its events)."
+        ),
+    )
+    window_from: datetime | None = Field(
+        default=None,
+        description="With `window_column`: start of the repaired window. Default: the source window's start.",
+    )
+    window_to: datetime | None = Field(
+        default=None,
+        description=(
+            "With `window_column`: end (exclusive) of the repaired window. Default: the source window's end."
+        ),
+    )
+
+    @field_validator("window_from", "window_to", mode="plain")
+    @classmethod
+    def _window_time(cls, value: Any, info: Any) -> datetime | None:
+        return _verify_time(value, info.field_name)
+
+    @field_serializer("window_from", "window_to")
+    def _dump_window_time(self, value: datetime | None) -> str | None:
+        return None if value is None else _iso(value)
+
+    @model_validator(mode="after")
+    def _window(self) -> PostgresSink:
+        for name in ("window_from", "window_to"):
+            if getattr(self, name) is not None and self.window_column is None:
+                raise _Bad(
+                    "needs window_column", "name the column that places a row in the window", at=(name,)
+                )
+        if self.window_from and self.window_to and self.window_from >= self.window_to:
+            raise _Bad(
+                "window_from is not before window_to",
+                "the repaired window is [window_from, window_to)",
+                got=_Plain(f"{_iso(self.window_from)} .. {_iso(self.window_to)}"),
+            )
+        return self
 
     @field_validator("table")
     @classmethod
@@ -1254,6 +1297,21 @@ class Sink(_Model):
     iceberg: IcebergSink | None = Field(default=None, description="An Iceberg table.")
     postgres: PostgresSink | None = Field(default=None, description="A PostgreSQL table.")
     kafka: KafkaSink | None = Field(default=None, description="A Kafka topic.")
+
+    @property
+    def window_column(self) -> str | None:
+        """The output column that places a row in the repaired window, when the sink has one."""
+        if self.iceberg is not None and self.iceberg.mode == "replace-window":
+            return self.iceberg.window_column
+        return self.postgres.window_column if self.postgres is not None else None
+
+    @property
+    def window_bounds(self) -> tuple[datetime | None, datetime | None]:
+        """``window_from``/``window_to`` of the sink (None where the source window applies)."""
+        found = self.iceberg or self.postgres
+        if found is None:
+            return None, None
+        return found.window_from, found.window_to
 
     @model_validator(mode="after")
     def _one(self) -> Sink:
@@ -1944,12 +2002,20 @@ class JobSpec(_Model):
                 got=self.quarantine.table,
                 at=("quarantine", "table"),
             )
-        if iceberg is not None and (iceberg.window_from or iceberg.window_to):
-            self._replaced_within_source(iceberg)
-        if self.translate.fold is not None and iceberg is None:
+        if any(self.sink.window_bounds):
+            self._replaced_within_source()
+        postgres = self.sink.postgres
+        if postgres is not None and postgres.window_column and self.translate.fold is None:
             raise _Bad(
-                "needs an Iceberg sink",
-                "fold rewrites the run's rows in one Iceberg commit; write the read model to sink.iceberg",
+                "used only with translate.fold",
+                "a fold's rows are kept inside the window; remove it or add translate.fold",
+                got=postgres.window_column,
+                at=("sink", "postgres", "window_column"),
+            )
+        if self.translate.fold is not None and not (iceberg or (postgres and postgres.mode == "upsert")):
+            raise _Bad(
+                "needs an Iceberg sink or a PostgreSQL sink in upsert mode",
+                "a fold writes one row per key: write the read model to sink.iceberg or sink.postgres",
                 got=self.translate.fold,
                 at=("translate", "fold"),
             )
@@ -1963,23 +2029,25 @@ class JobSpec(_Model):
             )
         return self
 
-    def _replaced_within_source(self, iceberg: IcebergSink) -> None:
+    def _replaced_within_source(self) -> None:
         # rows of a replaced window the source does not cover would be deleted and never rewritten
         window = self.source.window
         lo, hi = window.from_, window.to
+        kind = self.sink.kind
+        start, end = self.sink.window_bounds
         if not (isinstance(lo, datetime) and isinstance(hi, datetime)):
             raise _Bad(
                 "needs a source window given as times",
                 "give source from/to as ISO times, or drop window_from/window_to",
-                at=("sink", "iceberg", "window_from" if iceberg.window_from else "window_to"),
+                at=("sink", kind, "window_from" if start else "window_to"),
             )
-        for name, value in (("window_from", iceberg.window_from), ("window_to", iceberg.window_to)):
+        for name, value in (("window_from", start), ("window_to", end)):
             if value is not None and not lo <= value <= hi:
                 raise _Bad(
                     "outside the source window",
                     f"the replaced window must lie within the source window {_iso(lo)} .. {_iso(hi)}",
                     got=_Plain(_iso(value)),
-                    at=("sink", "iceberg", name),
+                    at=("sink", kind, name),
                 )
 
     # -- derived ----------------------------------------------------------------------------

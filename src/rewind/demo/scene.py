@@ -222,19 +222,47 @@ def _write_iceberg_model(catalog: Catalog, name: str, v1: pd.DataFrame) -> None:
     table.append(data.select(schema.names).cast(schema))
 
 
+_SQLITE_COLUMNS = {"string": "TEXT", "double": "DOUBLE", "long": "BIGINT", "timestamp": "TIMESTAMP"}
+_SQLITE_LINEAGE = {
+    "string": "TEXT",
+    "int32": "INTEGER",
+    "int64": "BIGINT",
+    "timestamp[us, tz=UTC]": "TIMESTAMP",
+    "bool": "BOOLEAN",
+}
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # naive UTC text, as Rewind's SQLite sink writes timestamps
+
+
 def _write_sqlite_model(path: Path, v1: pd.DataFrame) -> None:
+    """The service's SQL copy of the read model: its columns, a unique key, and (empty) lineage
+    columns, which a backfill writes on every row it touches."""
+    from rewind.translate.lineage import LINEAGE_SCHEMA
+
     path.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        leftover.unlink(missing_ok=True)  # the demo's own file: an earlier story's tables go with it
+    columns = [f"{name} {_SQLITE_COLUMNS[kind]}" for name, kind in domain.READ_MODEL_SCHEMA.items()]
+    columns += [f"{f.name} {_SQLITE_LINEAGE[str(f.type)]}" for f in LINEAGE_SCHEMA]
     with sqlite3.connect(path) as db:
-        db.execute("DROP TABLE IF EXISTS order_totals")
-        db.execute(
-            "CREATE TABLE order_totals (order_id TEXT PRIMARY KEY, customer_id TEXT, status TEXT, "
-            "total REAL, item_count INTEGER, placed_at TEXT, last_event_time TEXT)"
-        )
+        db.execute(f"CREATE TABLE order_totals ({', '.join(columns)})")
+        db.execute("CREATE UNIQUE INDEX order_totals_order_id ON order_totals (order_id)")
         rows = v1.assign(
-            placed_at=v1["placed_at"].dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            last_event_time=v1["last_event_time"].dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            placed_at=v1["placed_at"].dt.strftime(_SQLITE_TIME),
+            last_event_time=v1["last_event_time"].dt.strftime(_SQLITE_TIME),
         )
+        names = ", ".join(domain.READ_MODEL_SCHEMA)
         db.executemany(
-            "INSERT INTO order_totals VALUES (?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO order_totals ({names}) VALUES ({', '.join('?' * len(domain.READ_MODEL_SCHEMA))})",
             rows[list(domain.READ_MODEL_SCHEMA)].itertuples(index=False, name=None),
         )
+
+
+def read_sqlite_model(path: Path) -> pd.DataFrame:
+    """``order_totals`` as the service reads it from SQLite now."""
+    import pandas as pd
+
+    with sqlite3.connect(path) as db:
+        frame = pd.read_sql_query(f"SELECT {', '.join(domain.READ_MODEL_SCHEMA)} FROM order_totals", db)
+    for column in ("placed_at", "last_event_time"):
+        frame[column] = pd.to_datetime(frame[column], utc=True, format="mixed")
+    return frame.astype({"item_count": "int64"})

@@ -12,7 +12,8 @@ for orders placed in a 5-day window that straddles the seam between lake and log
 4. verifies staging against production: only orders inside the window differ, by their
    discount;
 5. promotes, shows the corrected totals, rolls back, promotes again;
-6. prints the report's path and a one-screen summary.
+6. repairs the SQLite copy of the read model with the same job (sink ``postgres``, SQLite URL);
+7. prints the report's path and a one-screen summary.
 
 Every step checks its result against what the generated data says it must be (exact counts,
 exact rows) and raises :class:`DemoFailed` naming the step otherwise: the demo is a test too.
@@ -196,8 +197,58 @@ def run_demo(
     _check_main(scene, "correct", "after the second promote", say)
     result.step("promote/rollback/promote", t0)
 
+    t0 = time.monotonic()
+    sql_run = _repair_sqlite_copy(settings, scene, window, say)
+    result.step("sqlite copy", t0, run_id=sql_run)
+
     result.summary = _summary(outcome.to_dict(), report, scene, time.monotonic() - began)
     return result
+
+
+def sqlite_spec(scene: Scene, window: Window) -> dict[str, Any]:
+    """The same repair, into the service's SQLite copy of the read model (upserts on the key)."""
+    spec = repair_spec(scene, window)
+    spec["name"] = "repair-order-totals-sqlite"
+    spec["sink"] = {
+        "postgres": {
+            "table": "order_totals",
+            "url": f"sqlite:///{scene.sqlite_path}",
+            "mode": "upsert",
+            "window_column": "placed_at",
+            "window_from": window.bug_from.isoformat(),
+            "window_to": window.bug_to.isoformat(),
+        }
+    }
+    return spec
+
+
+def _repair_sqlite_copy(settings: Settings, scene: Scene, window: Window, say: Say) -> str:
+    """Step 6: the same job into SQLite: run, verify, promote; the copy must equal the correct model."""
+    from rewind.demo.scene import read_sqlite_model
+    from rewind.job.publish import promote_run
+    from rewind.job.service import run_job
+    from rewind.spec import parse_spec
+    from rewind.verify.service import verify_run
+
+    step = "sqlite copy"
+    say(
+        f"[bold]6. the SQLite copy[/] of the read model ({scene.sqlite_path.name}): "
+        "the same job, sink postgres"
+    )
+    outcome = run_job(settings, parse_spec(sqlite_spec(scene, window), "demo sqlite spec"))
+    _check_run(outcome.to_dict(), scene, window)
+    report = verify_run(
+        settings, outcome.run_id, settings.state_dir / "reports" / f"{outcome.run_id}-verify.json"
+    )
+    _check_verify(report, scene, window)
+    promote_run(settings, outcome.run_id)
+    diff = _differences(read_sqlite_model(scene.sqlite_path), scene.correct)
+    expect(diff == 0, step, f"the SQLite copy differs from the correct read model on {diff} orders")
+    say(
+        f"   run {outcome.run_id}: {_run_line(outcome.to_dict())}; verified "
+        f"({report['changes']['changed']:,} orders changed); promoted: SQLite == the correct read model"
+    )
+    return outcome.run_id
 
 
 def _plan(settings: Settings, spec: Any, scene: Scene, window: Window, say: Say) -> Any:

@@ -1,20 +1,29 @@
-"""A run's last step for read models: fold the staged rows per key, keep the replaced window.
+"""A run's last step for read models: fold the run's rows per key, keep the repaired window.
 
 Runs after every unit is committed and before the run is declared succeeded, only when the
 spec asks for it (``translate.fold``, or ``replace-window`` keyed by a column of the output,
 whose values may fall outside the window). The Spark part is
-:mod:`rewind.spark.fold_stage`; this module decides whether it is needed and commits.
+:mod:`rewind.spark.fold_stage`; this module decides whether it is needed, where the partial
+rows wait, and commits the folded rows exactly once:
 
-Exactly once: the folded files replace the run's partial rows in ONE Iceberg transaction on
-the staging ref (delete the run's rows, add the folded files), and that commit carries
-``rewind.finalized=<run>``. A run killed before the commit folds again on resume (its orphan
-files are never referenced); a run killed after it finds the marker and skips the step.
+* **Iceberg**: the units' partial rows are committed to the staging branch like any run's
+  rows; the folded files then replace them in ONE Iceberg transaction on the staging ref
+  (delete the run's rows, add the folded files), marked ``rewind.finalized=<run>``.
+* **PostgreSQL/SQLite** (upsert): an upsert keeps one row per key, so partial rows cannot
+  wait in staging. The units commit them to a scratch Iceberg table of the run
+  (:func:`parts_sink`, ``rewind.<table>_parts__rewind_<run>``, with the usual per-unit
+  bookkeeping); the folded rows are then committed to staging as one more unit,
+  :data:`FOLD_UNIT`, in the sink's own transaction with its counts.
+
+Either way a run killed before the final commit folds again on resume (orphan files are never
+referenced) and a run killed after it finds the commit and skips the step.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,39 +34,54 @@ if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
     from rewind.ledger import Ledger
+    from rewind.sinks.base import Staging, StagingSink
     from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+    from rewind.spark.fold_stage import FoldCounts
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
 FINALIZED_PROPERTY = "rewind.finalized"
 FOLD_COUNTS_PROPERTY = "rewind.fold-counts"
+FOLD_UNIT = "fold"
+"""The unit id under which a PostgreSQL sink records the folded rows of a run."""
+PARTS_NAMESPACE = "rewind"
 
 
 def needs_finalize(spec: JobSpec) -> bool:
     """A fold is asked for, or a replace-window keyed by an output column (rows may fall outside)."""
     ice = spec.sink.iceberg
-    if ice is None:
-        return False
-    user_window = ice.mode == "replace-window" and ice.window_column != SOURCE_TIMESTAMP
+    user_window = ice is not None and ice.mode == "replace-window" and ice.window_column != SOURCE_TIMESTAMP
     return spec.translate.fold is not None or user_window
 
 
+def parts_in_scratch(spec: JobSpec) -> bool:
+    """The partial rows of a fold wait in a scratch Iceberg table (sinks that keep one row per key)."""
+    return spec.translate.fold is not None and spec.sink.iceberg is None
+
+
+def parts_sink(settings: Settings, spec: JobSpec) -> IcebergSink:
+    """The scratch Iceberg table of a fold's partial rows (its staging table is per run)."""
+    from rewind.catalog import load_catalog
+    from rewind.sinks.iceberg import IcebergSink
+
+    assert spec.sink.postgres is not None
+    name = re.sub(r"[^A-Za-z0-9_]", "_", spec.sink.postgres.table)
+    return IcebergSink(load_catalog(settings), f"{PARTS_NAMESPACE}.{name}_parts")
+
+
 def replaced_window(spec: JobSpec) -> tuple[datetime, datetime] | None:
-    """The window a replace-window run replaces: ``window_from``/``window_to``, else the source's."""
+    """The repaired window: the sink's ``window_from``/``window_to``, else the source window."""
     window = spec.source.window
-    lo, hi = window.from_, window.to
-    ice = spec.sink.iceberg
-    if ice is not None:
-        lo = ice.window_from or lo
-        hi = ice.window_to or hi
+    start, end = spec.sink.window_bounds
+    lo, hi = start or window.from_, end or window.to
     if isinstance(lo, datetime) and isinstance(hi, datetime):
         return lo, hi
     return None
 
 
-def _finalized(sink: IcebergSink, staging: IcebergStaging, run_id: str) -> dict[str, Any] | None:
-    """The fold counts recorded by this run's finalize commit, if it happened."""
+def _iceberg_finalized(sink: IcebergSink, staging: IcebergStaging, run_id: str) -> dict[str, Any] | None:
+    """The fold counts recorded by this run's finalize commit on the branch, if it happened."""
     from pyiceberg.table.snapshots import ancestors_of
 
     table = sink.catalog.load_table(staging.table)
@@ -74,36 +98,77 @@ def finalize_run(
     settings: Settings,
     ledger: Ledger,
     plan: JobPlan,
+    sink: StagingSink[Any],
+    staging: Staging,
+    run_id: str,
+    parts: tuple[IcebergSink, IcebergStaging] | None = None,
+) -> dict[str, Any]:
+    """Fold and trim the run's rows, once; returns the counts (rows in, out, outside the window).
+
+    ``parts``: the scratch table holding the partial rows when the sink is not Iceberg.
+    """
+    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+
+    if parts is None:
+        assert isinstance(sink, IcebergSink) and isinstance(staging, IcebergStaging)
+        done = _iceberg_finalized(sink, staging, run_id)
+    else:
+        done = sink.committed_counts(staging, run_id).get(FOLD_UNIT)
+    if done is not None:
+        return done
+    source_sink, source_staging = parts or (sink, staging)
+    assert isinstance(source_sink, IcebergSink) and isinstance(source_staging, IcebergStaging)
+    files, counts = _fold(settings, plan, source_sink, source_staging, sink.data_folder(staging), run_id)
+    faults.point("before-fold-commit")
+    if parts is None:
+        _commit_iceberg(source_sink, source_staging, run_id, files, counts)
+    else:
+        from rewind.sinks.postgres import COUNTS_KEY
+
+        extra = {COUNTS_KEY: json.dumps({FOLD_UNIT: counts.to_dict()}, sort_keys=True)}
+        sink.commit(staging, run_id, [FOLD_UNIT], files, extra=extra)
+    faults.point("after-fold-commit")
+    ledger.audit(run_id, "finalized", counts.to_dict())
+    log.info("run %s: folded %s", run_id, counts.to_dict())
+    return counts.to_dict()
+
+
+def _fold(
+    settings: Settings,
+    plan: JobPlan,
     sink: IcebergSink,
     staging: IcebergStaging,
+    data_folder: str,
     run_id: str,
-) -> dict[str, Any]:
-    """Fold and trim the run's rows on staging, once; returns the counts (rows in, out, outside)."""
-    from rewind.sinks.iceberg import RUN_PROPERTY, UNITS_PROPERTY, read_iceberg
+) -> tuple[list[str], FoldCounts]:
+    """The Spark stage over the run's rows in ``staging``; the files written and the counts."""
+    from rewind.sinks.iceberg import read_iceberg
     from rewind.spark import session
     from rewind.spark.fold_stage import FoldContext, run_fold
     from rewind.spark.job_stage import schema_to_b64
 
-    done = _finalized(sink, staging, run_id)
-    if done is not None:
-        return done
     spec = plan.job_spec()
-    ice = spec.sink.iceberg
-    assert ice is not None
     spark = session(settings)
-    table = sink.catalog.load_table(staging.table)
+    column = spec.sink.window_column
     ctx = FoldContext(
         run_id=run_id,
         key=tuple(spec.key),
         fold=spec.translate.fold,
         schema_b64=schema_to_b64(plan.output_schema()),
-        data_folder=sink.data_folder(staging),
-        window_column=ice.window_column if ice.mode == "replace-window" else None,
-        window=replaced_window(spec) if ice.mode == "replace-window" else None,
+        data_folder=data_folder,
+        window_column=column,
+        window=replaced_window(spec) if column else None,
     )
-    rows = read_iceberg(spark, table, staging.ref)
-    files, counts = run_fold(rows, ctx, spark.sparkContext.defaultParallelism)
-    faults.point("before-fold-commit")
+    rows = read_iceberg(spark, sink.catalog.load_table(staging.table), staging.ref)
+    return run_fold(rows, ctx, spark.sparkContext.defaultParallelism)
+
+
+def _commit_iceberg(
+    sink: IcebergSink, staging: IcebergStaging, run_id: str, files: list[str], counts: FoldCounts
+) -> None:
+    """Replace the run's partial rows on the staging ref by the folded files, in one transaction."""
+    from rewind.sinks.iceberg import RUN_PROPERTY, UNITS_PROPERTY
+
     props = {
         RUN_PROPERTY: run_id,
         UNITS_PROPERTY: "",
@@ -116,7 +181,3 @@ def finalize_run(
         tx.delete(f"{RUN_ID} == '{run_id}'", snapshot_properties=props, branch=branch)
         if files:
             tx.add_files(files, snapshot_properties=props, branch=branch)
-    faults.point("after-fold-commit")
-    ledger.audit(run_id, "finalized", counts.to_dict())
-    log.info("run %s: folded %s", run_id, counts.to_dict())
-    return counts.to_dict()

@@ -168,5 +168,23 @@ def cleanup_run(settings: Settings, run_id: str) -> dict[str, Any]:
         if cleanup is None:
             raise RewindError(f"the {sink.kind} sink has nothing to clean up")
         result = cleanup(staging)
+        scratch = _drop_fold_parts(settings, ledger, run_id)
+        if scratch is not None:
+            result = {**result, "fold_parts": scratch}
         ledger.audit(run_id, "cleanup", result)
         return {"run_id": run_id, "state": run.state, "cleanup": result}
+
+
+def _drop_fold_parts(settings: Settings, ledger: Ledger, run_id: str) -> dict[str, Any] | None:
+    """The scratch table of a fold's partial rows, left by a run that did not finish (a run that
+    succeeded dropped it already)."""
+    from rewind.job.finalize import parts_in_scratch, parts_sink
+    from rewind.job.service import load_plan
+    from rewind.sinks.iceberg import IcebergStaging
+
+    spec = load_plan(ledger, ledger.get_run(run_id).plan_id).job_spec()
+    if not parts_in_scratch(spec):
+        return None
+    sink = parts_sink(settings, spec)
+    name = f"{sink.table_name}__rewind_{run_id.replace('-', '_')}"
+    return sink.cleanup(IcebergStaging(sink.target, name, None, None, True))

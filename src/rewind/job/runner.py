@@ -15,7 +15,8 @@ Steps of a run, in order (the code below follows them one by one):
    output files with the unit ids and counts in the same commit, then updates the ledger;
 6. read models only (``translate.fold``, or ``replace-window`` on an output column): fold
    the run's rows per key across the window and drop rows outside the replaced window, in
-   one commit marked with the run (:mod:`rewind.job.finalize`);
+   one commit marked with the run (:mod:`rewind.job.finalize`; for a PostgreSQL sink the
+   units of step 5 commit their partial rows to a scratch Iceberg table instead);
 7. check the conservation law over the whole run, mark it ``succeeded``, release the lease.
 
 Any failure marks the run ``failed`` (Ctrl-C: ``interrupted``) with the error; ``rewind
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from rewind.ledger import Ledger
     from rewind.sinks.base import Staging, StagingSink
     from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+    from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +148,11 @@ def execute(
             staging = sink.prepare(run_id, schema)
             qsink, qstaging = _quarantine(settings, quarantine_table(spec), run_id)
             ledger.set_state(run_id, "running", staging=staging.to_dict())
+            # units commit to the sink, or (a fold into a one-row-per-key sink) to a scratch table
+            parts = _parts(settings, spec, run_id, schema)
+            unit_sink, unit_staging = parts or (sink, staging)
             # 4. reconcile the ledger with what the sink holds
-            _reconcile(ledger, sink, staging, run_id)
+            _reconcile(ledger, unit_sink, unit_staging, run_id)
             done_q = qsink.committed_units(qstaging, run_id)
             # 5. waves of pending units
             pending = _pending(ledger, plan, run_id)
@@ -156,14 +161,18 @@ def execute(
             for start in range(0, len(pending), wave_size):
                 keeper.check()  # fenced: a lost lease stops the run before it writes again
                 wave = pending[start : start + wave_size]
-                _run_wave(settings, ledger, plan, run_id, wave, sink, staging, qsink, qstaging, done_q)
+                _run_wave(
+                    settings, ledger, plan, run_id, wave, unit_sink, unit_staging, qsink, qstaging, done_q
+                )
                 waves += 1
                 if after_commit is not None:
                     after_commit([u.id for u in wave])
                 if progress is not None:
                     progress(_progress(ledger, plan, run_id, started))
             # 6. read models: fold the run's rows per key, keep the replaced window (once)
-            folded = _finalize(settings, ledger, plan, sink, staging, run_id)
+            folded = _finalize(settings, ledger, plan, sink, staging, run_id, parts)
+            if parts is not None:  # folded into the sink: the partial rows are not needed any more
+                parts[0].cleanup(parts[1])
             # 7. whole-run conservation and success
             totals = ledger.unit_counts(run_id)
             counts = UnitCounts(
@@ -295,15 +304,26 @@ def _finalize(
     sink: StagingSink[Any],
     staging: Staging,
     run_id: str,
+    parts: tuple[IcebergSink, IcebergStaging] | None,
 ) -> dict[str, Any] | None:
     """Step 6: the fold/trim of :mod:`rewind.job.finalize`, for the specs that ask for it."""
     from rewind.job.finalize import finalize_run, needs_finalize
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
 
     if not needs_finalize(plan.job_spec()):
         return None
-    assert isinstance(sink, IcebergSink) and isinstance(staging, IcebergStaging)
-    return finalize_run(settings, ledger, plan, sink, staging, run_id)
+    return finalize_run(settings, ledger, plan, sink, staging, run_id, parts)
+
+
+def _parts(
+    settings: Settings, spec: JobSpec, run_id: str, schema: Any
+) -> tuple[IcebergSink, IcebergStaging] | None:
+    """The scratch table of a fold's partial rows, when the sink keeps one row per key."""
+    from rewind.job.finalize import parts_in_scratch, parts_sink
+
+    if not parts_in_scratch(spec):
+        return None
+    sink = parts_sink(settings, spec)
+    return sink, sink.prepare(run_id, schema)
 
 
 def _run_wave(

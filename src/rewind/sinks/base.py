@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 class Staging(Protocol):
     """Where a run's output lives before promotion; JSON-able for the ledger."""
 
-    target: str
+    @property
+    def target(self) -> str: ...  # read-only: stagings are frozen dataclasses
 
     def to_dict(self) -> dict[str, Any]: ...
 

@@ -41,10 +41,8 @@ def job_window(spec: JobSpec) -> tuple[datetime | None, datetime | None]:
         return None, None
     lo = kafka.from_ if isinstance(kafka.from_, datetime) else None
     hi = kafka.to if isinstance(kafka.to, datetime) else None
-    ice = spec.sink.iceberg
-    if ice is not None:
-        lo, hi = ice.window_from or lo, ice.window_to or hi
-    return lo, hi
+    start, end = spec.sink.window_bounds
+    return start or lo, end or hi
 
 
 def verify_frames(
@@ -134,7 +132,7 @@ def verify_run(settings: Settings, run_id: str, report_path: str | Path | None =
         staging_df = sink.read(spark, staging)
         needs_catalog = verify.reference.iceberg is not None or verify.reference.sql is not None
         catalog = load_catalog(settings) if needs_catalog else None
-        window_column = spec.sink.iceberg.window_column if spec.sink.iceberg is not None else None
+        window_column = spec.sink.window_column
         with scratch(settings) as folder:
             side = reference_side(
                 spark,
