@@ -17,7 +17,7 @@ import pytest
 from rewind.config import Settings
 from rewind.demo import orders as domain
 from rewind.demo.story import DemoFailed, Window, _check_main, run_demo
-from rewind.job.service import open_ledger
+from rewind.job.service import open_ledger, show_run
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,9 @@ def test_the_story_runs_end_to_end_and_leaves_a_report(
         "rollback",
         "promote",
     ]
+    swaps = [h for h in show_run(settings, s["run_id"])["history"] if h["action"] in ("promote", "rollback")]
+    assert [h["details"]["after"] for h in swaps][::2] == [swaps[0]["details"]["after"]] * 2
+    assert swaps[1]["details"]["after"] == swaps[0]["details"]["before"]  # rollback restored main
     # production now reads the corrected model; the check the demo makes can fail
     with pytest.raises(DemoFailed, match="differs from the v1 read model"):
         _check_main(scene, "v1", "after the demo", lambda _: None)

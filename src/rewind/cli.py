@@ -19,7 +19,15 @@ from rewind.errors import RewindError
 from rewind.output import Output
 from rewind.secrets import mask_text
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help=(
+        "Rewind reprocesses Kafka history safely: plan a window, run it on Spark into staging, "
+        "verify it against a reference, promote it atomically, roll it back with one command. "
+        "`rewind demo` shows a whole repair; docs/quickstart.md starts you off."
+    ),
+)
 dev_app = typer.Typer(no_args_is_help=True, help="The embedded stack on loopback.")
 app.add_typer(dev_app, name="dev")
 
@@ -60,16 +68,23 @@ def command(fn: F) -> F:
         out = Output(bool(kwargs.get("json_out")))
         try:
             return fn(*args, **kwargs)
-        except RewindError as exc:
-            if ctx.debug:
+        except Exception as exc:
+            spark = _from_spark(exc)
+            if ctx.debug or not (isinstance(exc, RewindError) or spark):
                 raise
             secrets: list[str] = []
             with contextlib.suppress(RewindError):
                 secrets = load_settings(ctx.config).secret_values()
-            out.error(mask_text(str(exc), secrets))
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            out.error(mask_text(f"Spark: {text}" if spark else str(exc), secrets))
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _from_spark(exc: BaseException) -> bool:
+    """An error Spark raised (a query that failed, a cast that did not fit): one line, like ours."""
+    return type(exc).__module__.startswith(("pyspark.", "py4j."))
 
 
 def _parts_table(console: Console, parts: list[dict[str, Any]]) -> None:
@@ -365,8 +380,21 @@ def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: Json
                 str(u["filtered"]),
             )
         console.print(table)
+        for entry in d["history"]:
+            console.print(f"{entry['at']} {entry['action']} by {entry['user']}{_history_detail(entry)}")
 
     Output(json_out).result(data, render)
+
+
+def _history_detail(entry: dict[str, Any]) -> str:
+    """The part of an audit entry worth a line: what a swap replaced, a verdict, a reason."""
+    d = entry["details"] or {}
+    if "before" in d and "after" in d:
+        done = " (already done)" if d.get("already_done") else ""
+        return f": {d.get('target')} {d.get('before')} -> {d.get('after')}{done}"
+    if "passed" in d:
+        return f": {'passed' if d['passed'] else 'FAILED'}"
+    return f": {d['reason']}" if d.get("reason") else ""
 
 
 @app.command()

@@ -101,6 +101,7 @@ def show_run(settings: Settings, run_id: str) -> dict[str, Any]:
         run = ledger.get_run(run_id)
         totals = ledger.unit_counts(run_id)
         units = ledger.units(run_id)
+        history = ledger.audit_log(run_id)
         return {
             "run_id": run.id,
             "name": run.name,
@@ -132,6 +133,12 @@ def show_run(settings: Settings, run_id: str) -> dict[str, Any]:
                     "filtered": u.filtered,
                 }
                 for u in units
+            ],
+            # what happened to the run, oldest first: promotions and rollbacks carry what was
+            # swapped and what it replaced (snapshot ids, table names, topic offsets)
+            "history": [
+                {"at": e.at.isoformat(), "action": e.action, "user": e.user, "details": e.details}
+                for e in history
             ],
         }
 

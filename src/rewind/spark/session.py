@@ -38,11 +38,25 @@ _LOCAL_CONF = {
 }
 
 
+def _quiet_query_context_loggers() -> None:
+    """PySpark logs every failed query's whole Java stack as one JSON line on stderr, through
+    loggers that must be ``PySparkLogger``s (they pass ``errorClass=``; a plain logger of the
+    same name turns the query's error into a ``TypeError``). Create them as such, disabled:
+    the error itself still reaches the caller, which reports it on one line."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # an older PySpark: nothing to quiet
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
+
+
 def session(settings: Settings | None = None, app_name: str | None = None) -> SparkSession:
     """Return the active Rewind SparkSession, creating it on first call."""
     settings = settings or load_settings()
     from pyspark.sql import SparkSession
 
+    _quiet_query_context_loggers()
     builder = SparkSession.builder.appName(app_name or settings.spark.app_name)
     conf = dict(_DEFAULT_CONF)
     if settings.spark.remote:
