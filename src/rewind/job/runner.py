@@ -138,9 +138,10 @@ def execute(
     spec = plan.job_spec()
     sink = make_sink(settings, spec)
     started = time.monotonic()
+    interrupts = _Interrupts(settings)
     try:
         # 1. the lease on the staging target, for the whole run
-        with ledger.keeper(sink.target, run_id, spec.run.lease_ttl_s) as keeper:
+        with interrupts, ledger.keeper(sink.target, run_id, spec.run.lease_ttl_s) as keeper:
             # 2. the run is running (only now: a refused resume must not touch a live run)
             ledger.set_state(run_id, "running")
             # 3. staging and quarantine
@@ -209,11 +210,59 @@ def execute(
             ledger.set_state(run_id, "failed", error=_one_line(exc))
         raise
     except KeyboardInterrupt:
-        ledger.set_state(run_id, "interrupted", error="interrupted (Ctrl-C); `rewind resume` continues")
+        ledger.set_state(run_id, "interrupted", error=INTERRUPTED)
         raise
     except Exception as exc:
+        if interrupts.seen:  # Ctrl-C cancelled Spark's job, whose error surfaced here instead
+            ledger.set_state(run_id, "interrupted", error=INTERRUPTED)
+            raise KeyboardInterrupt from exc
         ledger.set_state(run_id, "failed", error=_one_line(exc))
         raise
+
+
+INTERRUPTED = "interrupted (Ctrl-C); `rewind resume` continues"
+
+
+class _Interrupts:
+    """Notes a Ctrl-C during the run, then lets the handler already installed act on it.
+
+    PySpark's own SIGINT handler cancels the running jobs, and the cancellation reaches the
+    driver as a Py4J error rather than ``KeyboardInterrupt``; this says it was the user's
+    Ctrl-C, so the run is ``interrupted``, not ``failed``. The Spark session is started first,
+    so its handler is the one chained to.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.seen = False
+        self.previous: Any = None
+
+    def __enter__(self) -> _Interrupts:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            from rewind.spark import session
+
+            session(self.settings)  # installs PySpark's handler (if local) before ours wraps it
+            self.previous = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import signal
+
+        self.seen = True
+        if callable(self.previous):
+            self.previous(signum, frame)
+        elif self.previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _forget_pacing(run_id: str) -> None:
