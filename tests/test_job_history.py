@@ -72,6 +72,13 @@ def test_a_job_across_the_seam_reads_every_record_once(
     below = [u for u in plan.units if u.source == "archive"]
     assert all(u.end <= 400 for u in below), "archive units stay below the declared log start"
 
+    # a window wholly below the log start is sampled from the archive (no Kafka unit to read)
+    lake_only = plan_job(settings, _spec(topic_name, "an.history_lake", archive, declared=N // 2))
+    assert {u.source for u in lake_only.units} == {"archive"}
+    assert lake_only.estimates["sample_source"] == "archive"
+    assert 0 < lake_only.estimates["sample_records"] <= N
+    assert lake_only.estimates["avg_record_bytes"] > 0
+
     outcome = run_job(settings, _spec(topic_name, "an.history_out", archive, declared=400))
     assert outcome.counts.records_read == N
     assert outcome.counts.rows_out == N

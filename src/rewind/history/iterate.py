@@ -103,6 +103,18 @@ def _archive_batches(
             yield merged.take(pc.sort_indices(merged, [("offset", "ascending")]))
 
 
+def sample_ranges(table: Table, snapshot_id: int | None, ranges: Sequence[OffsetRange]) -> pa.Table | None:
+    """The archived records of ``ranges`` in Kafka's Arrow shape (a plan's sample of a window
+    that lies wholly in the archive); None when none are archived."""
+    import pyarrow as pa
+
+    from rewind.spark.kafka_fetch import arrow_schema
+
+    schema = arrow_schema(False)
+    parts = [part for rng in ranges for part in _archive_batches(table, snapshot_id, rng, schema)]
+    return pa.concat_tables(parts) if parts else None
+
+
 def _partition_stream(
     settings: Settings, table: Table, plan: HistoryPlan, p: PartitionHistory, schema: pa.Schema
 ) -> Iterator[pa.Table]:

@@ -190,6 +190,8 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
     translator, translator_gate = _load_translator(spec)
     gates.append(translator_gate)
     sample, sample_gate_facts = _sample(conf, units, spec, translator)
+    if not sample_gate_facts.get("sample_records") and spec.source.history is not None:
+        sample, sample_gate_facts = _sample_archive(settings, units, read_plan_data)
     schema, schema_gate = _output_schema(spec, translator, sample)
     gates.append(schema_gate)
     if schema is not None:
@@ -337,6 +339,36 @@ def _sample(
         facts["avg_record_bytes"] = round(table.nbytes / table.num_rows, 1)
         facts["sample_read_rps"] = round(table.num_rows / seconds) if seconds > 0 else None
     return table, facts
+
+
+def _sample_archive(
+    settings: Settings, units: tuple[WorkUnit, ...], read_plan: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """The sample of a window with no Kafka units: read from the archive at the pinned snapshot."""
+    from rewind.catalog import load_catalog
+    from rewind.history.iterate import sample_ranges
+    from rewind.kafka.ranges import OffsetRange
+
+    history = read_plan.get("history") or {}
+    firsts: dict[tuple[str, int], WorkUnit] = {}
+    for unit in units:
+        firsts.setdefault((unit.topic, unit.partition), unit)
+    picked = list(firsts.values())[:8]
+    if not picked or not history.get("archive_table"):
+        return None, {"sample_records": 0}
+    per = max(1, SAMPLE_RECORDS // len(picked))
+    ranges = [OffsetRange(u.topic, u.partition, u.start, min(u.end, u.start + per)) for u in picked]
+    t0 = time.monotonic()
+    table = load_catalog(settings).load_table(history["archive_table"])
+    sample = sample_ranges(table, history.get("archive_snapshot_id"), ranges)
+    facts: dict[str, Any] = {
+        "sample_records": sample.num_rows if sample is not None else 0,
+        "sample_seconds": round(time.monotonic() - t0, 3),
+        "sample_source": "archive",
+    }
+    if sample is not None and sample.num_rows:
+        facts["avg_record_bytes"] = round(sample.nbytes / sample.num_rows, 1)
+    return sample, facts
 
 
 def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Schema | None, Gate]:
