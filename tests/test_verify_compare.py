@@ -310,6 +310,19 @@ def test_repair_mode_allows_changes_inside_the_window_only(spark: Any) -> None:
     assert [s["key"]["order_id"] for s in report["state"]["changed_sample"]] == [8]
 
 
+def test_repair_mode_with_an_unbounded_window_reports_every_difference_as_a_change(spark: Any) -> None:
+    # a read model rebuilt from `earliest`: the job's window is not in times, so all of it is repaired
+    schema = SCHEMA + ", _rewind_source_timestamp timestamp"
+    old = [(i, float(i), "a", T, T) for i in range(6)]
+    rebuilt = [(i, float(i) + (1 if i == 2 else 0), "a", T, T) for i in range(1, 8)]
+    v = Verify.model_validate({"key": ["order_id"], "mode": "repair"})
+    report = verify_frames(spark, frame(spark, rebuilt, schema), frame(spark, old, schema), v)
+    assert report["passed"], report["failed"]
+    changes = report["changes"]
+    assert (changes["changed"], changes["missing"], changes["extra"]) == (1, 1, 2)
+    assert report["record"]["missing"] == 0 and report["record"]["extra"] == 0
+
+
 def test_dense_changes_in_the_window_are_sampled(spark: Any) -> None:
     from pyspark.sql import functions as F
 

@@ -392,7 +392,9 @@ def apply_scope(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int
         df = df.where(first >= F.lit(rules.key_from))
     if rules.key_to is not None:
         df = df.where(first < F.lit(rules.key_to))
-    w: Column = F.lit(0)
+    # repair mode with no bounded window: the whole table is the repaired window, so every
+    # difference is a change (as the rules' note says), none a failure
+    w: Column = F.lit(1 if rules.mode == "repair" and not rules.windowed else 0)
     if rules.time_column is not None and rules.windowed:
         t = _as_timestamp(col(rules.time_column), types[rules.time_column])
         lo, hi = rules.window
