@@ -894,7 +894,7 @@ def test_decoders_survive_pickling_after_use(schema_dir: Path, registry_url: str
 
 
 def test_reason_counters_are_bounded() -> None:
-    from rewind.translate.process import MAX_REASON_KEYS, OTHER_REASONS
+    from rewind.translate.counts import MAX_REASON_KEYS, OTHER_REASONS
 
     def reject_all(df: pd.DataFrame) -> Any:
         from rewind.translate import TranslateResult

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
 from rewind.job import faults
-from rewind.job.units import UnitCounts, WorkUnit
+from rewind.job.units import WorkUnit
+from rewind.translate.counts import BatchCounts
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -60,7 +61,7 @@ class RunProgress:
     units_total: int
     units_done: int
     offsets_total: int
-    counts: UnitCounts
+    counts: BatchCounts
     started: float
     state: str = "running"
 
@@ -73,7 +74,7 @@ class RunOutcome:
     run_id: str
     state: str
     plan_id: str
-    counts: UnitCounts
+    counts: BatchCounts
     staging: dict[str, Any]
     quarantine_table: str
     seconds: float
@@ -176,7 +177,7 @@ def execute(
                 parts[0].cleanup(parts[1])
             # 7. whole-run conservation and success
             totals = ledger.unit_counts(run_id)
-            counts = UnitCounts(
+            counts = BatchCounts(
                 totals.records_read,
                 totals.emitted,
                 totals.rows_out,
@@ -184,7 +185,7 @@ def execute(
                 totals.filtered,
                 _flat(totals.reasons),
             )
-            if not counts.conserved:
+            if not counts.balanced:
                 raise ConservationViolated(
                     f"run {run_id}: read {counts.records_read} != emitted {counts.emitted} + quarantined "
                     f"{counts.quarantined} + filtered {counts.filtered}"
@@ -335,7 +336,7 @@ def _reconcile(ledger: Ledger, sink: StagingSink[Any], staging: Staging, run_id:
 
 
 def _counts_for(data: dict[str, Any] | None) -> dict[str, Any]:
-    c = UnitCounts.from_dict(data or {})
+    c = BatchCounts.from_dict(data or {})
     return {
         "records_read": c.records_read,
         "emitted": c.emitted,
@@ -418,7 +419,7 @@ def _run_wave(
         except Exception:  # best effort: the wave's own error is the one to raise
             log.warning("could not record the failed units of run %s", run_id, exc_info=True)
         raise
-    bad = [o for o in outputs.values() if not o.counts.conserved]
+    bad = [o for o in outputs.values() if not o.counts.balanced]
     if bad:
         c = bad[0].counts
         raise ConservationViolated(
@@ -442,7 +443,7 @@ def _run_wave(
 
 def _progress(ledger: Ledger, plan: JobPlan, run_id: str, started: float) -> RunProgress:
     totals = ledger.unit_counts(run_id)
-    counts = UnitCounts(
+    counts = BatchCounts(
         totals.records_read,
         totals.emitted,
         totals.rows_out,

@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
-from rewind.job.units import UnitCounts, WorkUnit
+from rewind.job.units import WorkUnit
 from rewind.spark.kafka_fetch import partitions_in
+from rewind.translate.counts import BatchCounts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,7 +61,7 @@ class UnitOutput:
     unit_id: str
     data_files: list[str] = field(default_factory=list)
     quarantine_files: list[str] = field(default_factory=list)
-    counts: UnitCounts = field(default_factory=UnitCounts)
+    counts: BatchCounts = field(default_factory=BatchCounts)
 
 
 def schema_to_b64(schema: pa.Schema) -> str:
@@ -82,7 +83,7 @@ class _UnitFiles:
         self.q_writer: Any = None
         self.rows_path = ""
         self.q_path = ""
-        self.counts = UnitCounts()
+        self.counts = BatchCounts()
 
     def _open(self, folder: str, schema: pa.Schema, kind: str) -> tuple[Any, str]:
         import uuid
@@ -167,7 +168,7 @@ class ProcessUnits:
                     )
                     out = files.get(unit.id) or files.setdefault(unit.id, _UnitFiles(self.ctx, unit, schema))
                     out.write(result.rows, result.quarantine)
-                    out.counts.add(UnitCounts.from_dict(result.counts.to_dict()))
+                    out.counts = out.counts.merge(result.counts)
         rows = []
         for out in files.values():
             done = out.close()
@@ -247,7 +248,7 @@ def run_wave(
         out = outputs[row.unit_id]
         out.data_files += json.loads(row.data_file)
         out.quarantine_files += json.loads(row.quarantine_file)
-        out.counts.add(UnitCounts.from_dict(json.loads(row.counts)))
+        out.counts = out.counts.merge(BatchCounts.from_dict(json.loads(row.counts)))
     return outputs
 
 

@@ -20,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rewind.translate.counts import BatchCounts
     from rewind.translate.decode import (
         AvroDecoder,
         Decoded,
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
         load_callable,
     )
     from rewind.translate.lineage import LINEAGE_SCHEMA, add_lineage, event_id
-    from rewind.translate.process import BatchCounts, ProcessContext, ProcessedBatch, process_batch
+    from rewind.translate.process import ProcessContext, ProcessedBatch, process_batch
     from rewind.translate.quarantine import QUARANTINE_SCHEMA, quarantine_table
 
 _WHERE = {
@@ -81,7 +82,7 @@ _WHERE = {
     "LINEAGE_SCHEMA": "lineage",
     "add_lineage": "lineage",
     "event_id": "lineage",
-    "BatchCounts": "process",
+    "BatchCounts": "counts",
     "ProcessContext": "process",
     "ProcessedBatch": "process",
     "process_batch": "process",

@@ -14,27 +14,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from rewind.translate.columns import ROW, user_columns
+from rewind.translate.counts import BatchCounts, add_reasons
 from rewind.translate.decode import Decoder, as_batch
 from rewind.translate.exceptions import ConservationError, TranslateOutputError
 from rewind.translate.failures import Failure
 from rewind.translate.functions import Translator, apply_translate
 from rewind.translate.lineage import LINEAGE_SCHEMA, lineage_arrays
 from rewind.translate.quarantine import quarantine_table
-
-MAX_REASON_KEYS = 100
-"""Distinct reason labels kept in :attr:`BatchCounts.reasons`; the rest add up under
-:data:`OTHER_REASONS` (rejection reasons written by users can be unbounded)."""
-OTHER_REASONS = "other reasons"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,68 +46,6 @@ class ProcessContext:
     transform: str
     version: str
     extracted_at: datetime
-
-
-def _add_reasons(into: dict[str, int], reasons: Mapping[str, int]) -> None:
-    for label, count in reasons.items():
-        if label not in into and len(into) >= MAX_REASON_KEYS:
-            label = OTHER_REASONS
-        into[label] = into.get(label, 0) + count
-
-
-@dataclass(frozen=True)
-class BatchCounts:
-    """Counts of one batch or, merged, of a unit or a run.
-
-    ``emitted + quarantined + filtered == records_read`` (the conservation law); ``rows_out``
-    may be anything (a record yields 0..n rows); ``reasons`` counts quarantined records by
-    ``"<stage>: <kind>"``.
-    """
-
-    records_read: int = 0
-    emitted: int = 0
-    rows_out: int = 0
-    quarantined: int = 0
-    filtered: int = 0
-    reasons: Mapping[str, int] = field(default_factory=dict)
-
-    @property
-    def balanced(self) -> bool:
-        return self.records_read == self.emitted + self.quarantined + self.filtered
-
-    def check(self, unit_id: str, detail: str = "") -> None:
-        """Raise :class:`ConservationError` unless the law holds."""
-        if not self.balanced:
-            raise ConservationError(
-                unit_id,
-                records_read=self.records_read,
-                emitted=self.emitted,
-                quarantined=self.quarantined,
-                filtered=self.filtered,
-                detail=detail,
-            )
-
-    def merge(self, other: BatchCounts) -> BatchCounts:
-        reasons: dict[str, int] = dict(self.reasons)
-        _add_reasons(reasons, other.reasons)
-        return BatchCounts(
-            records_read=self.records_read + other.records_read,
-            emitted=self.emitted + other.emitted,
-            rows_out=self.rows_out + other.rows_out,
-            quarantined=self.quarantined + other.quarantined,
-            filtered=self.filtered + other.filtered,
-            reasons=reasons,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "records_read": self.records_read,
-            "emitted": self.emitted,
-            "rows_out": self.rows_out,
-            "quarantined": self.quarantined,
-            "filtered": self.filtered,
-            "reasons": dict(self.reasons),
-        }
 
 
 @dataclass(frozen=True)
@@ -287,7 +220,7 @@ def _reason_counts(failures: Sequence[Failure]) -> dict[str, int]:
         label = f.label
         raw[label] = raw.get(label, 0) + 1
     out: dict[str, int] = {}
-    _add_reasons(out, raw)
+    add_reasons(out, raw)
     return out
 
 

@@ -1,0 +1,93 @@
+"""Counts of what processing did with records: one batch, one unit or a whole run.
+
+Every source record is exactly one of emitted, quarantined or filtered (the conservation
+law); ``rows_out`` is how many output rows they made. The same type serves a batch in a task,
+a unit's total and a run's total, so counts move between them without conversion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewind.translate.exceptions import ConservationError
+
+MAX_REASON_KEYS = 100
+"""Distinct reason labels kept in :attr:`BatchCounts.reasons`; the rest add up under
+:data:`OTHER_REASONS` (rejection reasons written by users can be unbounded)."""
+OTHER_REASONS = "other reasons"
+
+
+def add_reasons(into: dict[str, int], reasons: Mapping[str, int]) -> None:
+    for label, count in reasons.items():
+        if label not in into and len(into) >= MAX_REASON_KEYS:
+            label = OTHER_REASONS
+        into[label] = into.get(label, 0) + count
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """Counts of one batch or, merged, of a unit or a run.
+
+    ``emitted + quarantined + filtered == records_read`` (the conservation law); ``rows_out``
+    may be anything (a record yields 0..n rows); ``reasons`` counts quarantined records by
+    ``"<stage>: <kind>"``.
+    """
+
+    records_read: int = 0
+    emitted: int = 0
+    rows_out: int = 0
+    quarantined: int = 0
+    filtered: int = 0
+    reasons: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def balanced(self) -> bool:
+        return self.records_read == self.emitted + self.quarantined + self.filtered
+
+    def check(self, unit_id: str, detail: str = "") -> None:
+        """Raise :class:`ConservationError` unless the law holds."""
+        if not self.balanced:
+            raise ConservationError(
+                unit_id,
+                records_read=self.records_read,
+                emitted=self.emitted,
+                quarantined=self.quarantined,
+                filtered=self.filtered,
+                detail=detail,
+            )
+
+    def merge(self, other: BatchCounts) -> BatchCounts:
+        reasons: dict[str, int] = dict(self.reasons)
+        add_reasons(reasons, other.reasons)
+        return BatchCounts(
+            records_read=self.records_read + other.records_read,
+            emitted=self.emitted + other.emitted,
+            rows_out=self.rows_out + other.rows_out,
+            quarantined=self.quarantined + other.quarantined,
+            filtered=self.filtered + other.filtered,
+            reasons=reasons,
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BatchCounts:
+        """The counts of :meth:`to_dict` (as stored with a unit's commit or in the ledger)."""
+        return cls(
+            int(data.get("records_read", 0)),
+            int(data.get("emitted", 0)),
+            int(data.get("rows_out", 0)),
+            int(data.get("quarantined", 0)),
+            int(data.get("filtered", 0)),
+            {str(k): int(v) for k, v in dict(data.get("reasons") or {}).items()},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "records_read": self.records_read,
+            "emitted": self.emitted,
+            "rows_out": self.rows_out,
+            "quarantined": self.quarantined,
+            "filtered": self.filtered,
+            "reasons": dict(self.reasons),
+        }
