@@ -118,6 +118,19 @@ def test_a_translate_that_cannot_be_imported_fails_its_gate(
     assert_nothing_ran(settings)
 
 
+def test_a_fold_that_cannot_be_imported_fails_the_translate_gate(orders_topic: tuple[Settings, str]) -> None:
+    from rewind.job.service import plan_job
+
+    settings, topic = orders_topic
+    spec = jf.order_spec("broken-fold", topic, "guards.orders")
+    spec["translate"]["fold"] = "tests.job_fixtures:no_such_fold"
+    plan = plan_job(settings, parse_spec(spec))
+    failed = {g.name: g.detail for g in plan.failed_gates()}
+    assert "translate.fold tests.job_fixtures:no_such_fold" in failed["translate"]
+    assert "has no attribute no_such_fold" in failed["translate"]
+    assert_nothing_ran(settings)
+
+
 def test_a_window_that_ends_before_it_starts_is_a_one_line_spec_error(topic_name: str) -> None:
     data = jf.order_spec("backwards", topic_name, "guards.orders")
     data["source"]["kafka"].update({"from": "2026-10-08T00:00:00Z", "to": "2026-10-01T00:00:00Z"})

@@ -163,6 +163,36 @@ def test_rebase_replaces_the_window_on_a_main_that_moved_and_rollback_restores_i
     assert main_values(catalog, "an.rebase") == ["B", "C", "d", "late"]
 
 
+def test_rebase_of_a_folded_run_re_applies_the_folded_rows(catalog: Any) -> None:
+    from rewind.job.finalize import _commit_iceberg
+    from rewind.spark.fold_stage import FoldCounts
+
+    schema = SCHEMA.append(pa.field("_rewind_run_id", pa.string()))
+
+    def mine(table: pa.Table) -> pa.Table:
+        return table.append_column("_rewind_run_id", pa.array(["r7"] * len(table), pa.string()))
+
+    table = catalog.create_table("an.folded", schema=schema)
+    table.append(
+        rows((1, "a", 1), (2, "b", 2), (4, "d", 4)).append_column("_rewind_run_id", pa.nulls(3, pa.string()))
+    )
+    sink = IcebergSink(catalog, "an.folded", "replace-window", "_rewind_source_timestamp", (ts(2), ts(4)))
+    staging = sink.prepare("r7", schema)
+    folder = sink.data_folder(staging)
+    partial = mine(rows((2, "B-part1", 2), (2, "B-part2", 3)))
+    sink.commit(staging, "r7", ["u1"], [write_parquet(folder, partial, "x")])
+    # the finalize commit: the partial rows give way to the folded one
+    _commit_iceberg(
+        sink, staging, "r7", [write_parquet(folder, mine(rows((2, "B", 3))), "x")], FoldCounts(2, 1, 0)
+    )
+    catalog.load_table("an.folded").append(
+        rows((9, "late", 6)).append_column("_rewind_run_id", pa.nulls(1, pa.string()))
+    )
+
+    sink.promote(staging, rebase=True)
+    assert main_values(catalog, "an.folded") == ["B", "a", "d", "late"]
+
+
 def test_rebase_of_an_append_adds_the_run_rows_to_the_new_main(catalog: Any) -> None:
     table = catalog.create_table("an.appends", schema=SCHEMA)
     table.append(rows((1, "a", 1)))

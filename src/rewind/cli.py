@@ -322,6 +322,8 @@ def _render_outcome(console: Console, d: dict[str, Any]) -> None:
     )
     for reason, count in (d.get("quarantine_reasons") or {}).items():
         console.print(f"  quarantined {count:,}: {reason}")
+    if d.get("folded"):
+        console.print(f"  {_folded(d['folded'])}")
     staging = d["staging"]
     where = staging.get("table", "?") + (f"@{staging['branch']}" if staging.get("branch") else "")
     console.print(f"staging: {where}; quarantine: {d['quarantine_table']}")
@@ -386,6 +388,13 @@ def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: Json
     Output(json_out).result(data, render)
 
 
+def _folded(counts: dict[str, Any]) -> str:
+    return (
+        f"folded {counts.get('rows_in', 0):,} partial rows into {counts.get('rows_out', 0):,} "
+        f"({counts.get('outside_window', 0):,} outside the window dropped)"
+    )
+
+
 def _history_detail(entry: dict[str, Any]) -> str:
     """The part of an audit entry worth a line: what a swap replaced, a verdict, a reason."""
     d = entry["details"] or {}
@@ -394,6 +403,8 @@ def _history_detail(entry: dict[str, Any]) -> str:
         return f": {d.get('target')} {d.get('before')} -> {d.get('after')}{done}"
     if "passed" in d:
         return f": {'passed' if d['passed'] else 'FAILED'}"
+    if "rows_in" in d:
+        return f": {_folded(d)}"
     return f": {d['reason']}" if d.get("reason") else ""
 
 

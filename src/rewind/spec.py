@@ -1580,8 +1580,8 @@ class Scope(_Model):
     time_column: str | None = Field(
         default=None,
         description=(
-            "Time column of the window. Default: `sink.iceberg.window_column` for replace-window, "
-            f"else `{_LINEAGE_TIME}` when staging has it."
+            "Time column of the window. Default: the sink's `window_column` (Iceberg replace-window, "
+            f"PostgreSQL with a fold), else `{_LINEAGE_TIME}` when staging has it."
         ),
         json_schema_extra={"doc_default": "derived"},
     )
@@ -1591,14 +1591,15 @@ class Scope(_Model):
         serialization_alias="from",
         description=(
             "Start of the window, included: an ISO-8601 time with a zone or epoch milliseconds. "
-            "Default: `source.kafka.from` when it is a time, else unbounded."
+            "Default: the sink's `window_from`, else the source's `from` when it is a time, else unbounded."
         ),
         json_schema_extra={"doc_type": "time", "doc_default": "the job's window"},
     )
     to: datetime | None = Field(
         default=None,
         description=(
-            "End of the window, excluded. Default: `source.kafka.to` when it is a time, else unbounded."
+            "End of the window, excluded. Default: the sink's `window_to`, else the source's `to` when it "
+            "is a time, else unbounded."
         ),
         json_schema_extra={"doc_type": "time", "doc_default": "the job's window"},
     )

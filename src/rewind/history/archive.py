@@ -80,6 +80,7 @@ from rewind.history.schema import (
     tp_key,
 )
 from rewind.kafka.ranges import OffsetRange, group_for_tasks
+from rewind.spark.session import default_parallelism
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -257,15 +258,6 @@ def data_folder(table: Table) -> str:
     return f"{table.location().rstrip('/')}/data"
 
 
-def _parallelism(spark: SparkSession) -> int:
-    try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:  # Spark Connect has no SparkContext
-        import os
-
-        return os.cpu_count() or 2
-
-
 def write_ranges(
     spark: SparkSession,
     settings: Settings,
@@ -301,7 +293,8 @@ def write_ranges(
         results = source.mapInArrow(ArchiveFiles(ctx), RESULT_SCHEMA)
     elif via == "tasks":
         tasks = [
-            [c.to_dict() for c in t] for t in group_for_tasks(chunks, RANGES_PER_TASK, _parallelism(spark))
+            [c.to_dict() for c in t]
+            for t in group_for_tasks(chunks, RANGES_PER_TASK, default_parallelism(spark))
         ]
         fetch = FetchAndArchive(ctx, settings.kafka_config(), tasks, POLL_TIMEOUT_S)
         results = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(fetch, RESULT_SCHEMA)
@@ -311,7 +304,7 @@ def write_ranges(
             .option("ranges", json.dumps([c.to_dict() for c in chunks]))
             .option("includeHeaders", "true")
             .option("rangesPerTask", str(RANGES_PER_TASK))
-            .option("minPartitions", str(_parallelism(spark)))
+            .option("minPartitions", str(default_parallelism(spark)))
         )
         for key, value in settings.kafka_config().items():
             reader = reader.option(f"kafka.{key}", str(value))

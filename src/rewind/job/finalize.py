@@ -49,9 +49,12 @@ PARTS_NAMESPACE = "rewind"
 
 
 def needs_finalize(spec: JobSpec) -> bool:
-    """A fold is asked for, or a replace-window keyed by an output column (rows may fall outside)."""
+    """A fold is asked for, or a replace-window whose rows may fall outside the replaced window:
+    keyed by an output column, or narrower than the source window (``window_from``/``window_to``)."""
     ice = spec.sink.iceberg
-    user_window = ice is not None and ice.mode == "replace-window" and ice.window_column != SOURCE_TIMESTAMP
+    user_window = ice is not None and ice.mode == "replace-window" and (
+        ice.window_column != SOURCE_TIMESTAMP or ice.window_from is not None or ice.window_to is not None
+    )
     return spec.translate.fold is not None or user_window
 
 
@@ -115,6 +118,9 @@ def finalize_run(
     else:
         done = sink.committed_counts(staging, run_id).get(FOLD_UNIT)
     if done is not None:
+        # killed between the commit and its audit entry: the entry is written now, once
+        if not any(a.action == "finalized" for a in ledger.audit_log(run_id)):
+            ledger.audit(run_id, "finalized", done)
         return done
     source_sink, source_staging = parts or (sink, staging)
     assert isinstance(source_sink, IcebergSink) and isinstance(source_staging, IcebergStaging)
@@ -146,6 +152,7 @@ def _fold(
     from rewind.spark import session
     from rewind.spark.fold_stage import FoldContext, run_fold
     from rewind.spark.job_stage import schema_to_b64
+    from rewind.spark.session import default_parallelism
 
     spec = plan.job_spec()
     spark = session(settings)
@@ -160,7 +167,7 @@ def _fold(
         window=replaced_window(spec) if column else None,
     )
     rows = read_iceberg(spark, sink.catalog.load_table(staging.table), staging.ref)
-    return run_fold(rows, ctx, spark.sparkContext.defaultParallelism)
+    return run_fold(rows, ctx, default_parallelism(spark))
 
 
 def _commit_iceberg(

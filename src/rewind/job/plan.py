@@ -291,10 +291,15 @@ def _load_translator(spec: JobSpec) -> tuple[Any, Gate]:
         return None, Gate("translate", False, "translate.sql is not runnable yet; use translate.function")
     try:
         fn = make_translator(spec.translate)
+        if spec.translate.fold:  # a typo here would otherwise surface only after every unit ran
+            from rewind.translate.functions import load_callable
+
+            load_callable(spec.translate.fold, "translate.fold")
     except RewindError as exc:
         return None, Gate("translate", False, str(exc))
+    fold = f", fold {spec.translate.fold}" if spec.translate.fold else ""
     return fn, Gate(
-        "translate", True, f"{spec.translate.function} imported (version {spec.translate.version})"
+        "translate", True, f"{spec.translate.function}{fold} imported (version {spec.translate.version})"
     )
 
 

@@ -179,15 +179,19 @@ def _rebase(sink: IcebergSink, table: Table, staging: IcebergStaging, head: Snap
 
 
 def _run_files(table: Table, staging: IcebergStaging, head: Snapshot) -> list[DataFile]:
-    """The data files added by the run's unit commits (those naming units) and live at ``head``."""
+    """The data files the run added and that are live at ``head``: those of its unit commits
+    (naming units) and of its finalize commit (the folded rows that replaced the units' partial
+    rows, :mod:`rewind.job.finalize`); not the window delete's rewrites of old main's files."""
     from pyiceberg.manifest import ManifestContent
     from pyiceberg.table.snapshots import ancestors_of
+
+    from rewind.job.finalize import FINALIZED_PROPERTY
 
     unit_commits = set()
     for snap in ancestors_of(head, table.metadata):
         if snap.snapshot_id == staging.base_snapshot_id:
             break
-        if _props(snap).get(UNITS_PROPERTY):
+        if _props(snap).get(UNITS_PROPERTY) or _props(snap).get(FINALIZED_PROPERTY):
             unit_commits.add(snap.snapshot_id)
     files = []
     for manifest in head.manifests(table.io):

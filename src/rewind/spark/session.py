@@ -109,3 +109,11 @@ def _data_sources() -> list[type[DataSource]]:
     from rewind.spark.sources import DATA_SOURCES
 
     return list(DATA_SOURCES)
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """How many tasks keep the cluster busy; Spark Connect has no SparkContext to ask."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:
+        return os.cpu_count() or 2
