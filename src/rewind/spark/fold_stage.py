@@ -111,6 +111,22 @@ def _outside(frame: pd.DataFrame, column: str, window: tuple[datetime, datetime]
     return values.isna() | (values < lo) | (values >= hi)
 
 
+def _nullable(arrow_type: pa.DataType) -> Any:
+    """Integers and booleans as pandas' nullable dtypes, as the translate gets them: a null in a
+    task must not turn the column into floats (2**53 + 1 would come back as 2**53)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    dtypes = {
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+    }
+    return dtypes.get(arrow_type)
+
+
 class FoldPartitions:
     """The ``mapInArrow`` function: all rows of some keys in, one Parquet file and counts out."""
 
@@ -134,7 +150,7 @@ class FoldPartitions:
             return
         table = pa.Table.from_batches(parts)  # Spark's nullability differs from the file schema
         fold = load_callable(ctx.fold, "translate.fold") if ctx.fold else None
-        frame = fold_frame(table.to_pandas(), list(ctx.key), fold)
+        frame = fold_frame(table.to_pandas(types_mapper=_nullable), list(ctx.key), fold)
         counts = FoldCounts(rows_in=table.num_rows)
         if ctx.window is not None and ctx.window_column:
             outside = _outside(frame, ctx.window_column, ctx.window)
