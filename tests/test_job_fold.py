@@ -71,7 +71,6 @@ class World:
     coords: dict[int, tuple[int, int]]
     target: str
     target_rows: list[dict[str, Any]]
-    reference: RunOutcome | None = None
 
     def abs(self, window: tuple[int, int]) -> tuple[int, int]:
         return self.base + window[0], self.base + window[1]
@@ -227,12 +226,20 @@ def _audit(settings: Settings, run_id: str, action: str) -> list[Any]:
 # -- a clean run --------------------------------------------------------------------------------
 
 
-def test_the_fold_recomputes_the_replaced_window_and_keeps_the_rest(world: World) -> None:
-    from rewind.catalog import load_catalog
+@pytest.fixture(scope="module")
+def reference(world: World) -> RunOutcome:
+    """A clean run of the repair, in this process."""
     from rewind.job.service import run_job
 
-    outcome = run_job(world.settings, parse_spec(world.spec()))
-    world.reference = outcome
+    return run_job(world.settings, parse_spec(world.spec()))
+
+
+def test_the_fold_recomputes_the_replaced_window_and_keeps_the_rest(
+    world: World, reference: RunOutcome
+) -> None:
+    from rewind.catalog import load_catalog
+
+    outcome = reference
     want, counts = _expected(world)
     assert outcome.state == "succeeded"
     assert outcome.folded == counts
@@ -264,11 +271,11 @@ def test_the_fold_recomputes_the_replaced_window_and_keeps_the_rest(world: World
     assert [a.details for a in audit] == [counts]
 
 
-def test_a_fold_killed_before_and_after_its_commit_resumes_to_the_clean_result(world: World) -> None:
+def test_a_fold_killed_before_and_after_its_commit_resumes_to_the_clean_result(
+    world: World, reference: RunOutcome
+) -> None:
     from rewind.job.service import open_ledger, resume_job
 
-    if world.reference is None:
-        pytest.skip("needs the clean run of the previous test")
     spec_path = jf.write_spec(world.tmp / "fold.yaml", world.spec())
 
     # 1. killed after every unit is committed and the fold's files are written, before its commit
@@ -280,7 +287,7 @@ def test_a_fold_killed_before_and_after_its_commit_resumes_to_the_clean_result(w
     assert all(u.state == "done" for u in units)
     assert not _finalize_snapshots(world.settings, run.staging, run.id)
     partial = [r for r in _staging_rows(world.settings, run.staging) if r["_rewind_run_id"] == run.id]
-    assert len(partial) == world.reference.counts.rows_out  # still one partial row per event
+    assert len(partial) == reference.counts.rows_out  # still one partial row per event
     assert not _audit(world.settings, run.id, "finalized")
 
     # 2. resumed and killed right after the fold's commit, before the ledger hears of it
@@ -293,13 +300,13 @@ def test_a_fold_killed_before_and_after_its_commit_resumes_to_the_clean_result(w
     # 3. resumed to the end: the fold is not done again
     outcome = resume_job(world.settings, run.id)
     assert outcome.state == "succeeded" and outcome.run_id == run.id
-    assert outcome.folded == world.reference.folded
+    assert outcome.folded == reference.folded
     assert _finalize_snapshots(world.settings, run.staging, run.id) == marked
     got = _staging_rows(world.settings, outcome.staging)
-    ref = _staging_rows(world.settings, world.reference.staging)
+    ref = _staging_rows(world.settings, reference.staging)
     assert _stable(got) == _stable(ref)
     assert {r["_rewind_run_id"] for r in got} == {"live", run.id}
-    assert [a.details for a in _audit(world.settings, run.id, "finalized")] == [world.reference.folded]
+    assert [a.details for a in _audit(world.settings, run.id, "finalized")] == [reference.folded]
     # the killed attempt's fold files are orphans: only the committed ones are referenced
     referenced = _fold_files(world.settings, outcome.staging)
     added = {f for f in referenced if f in _added_by(world.settings, outcome.staging, marked[-1])}
