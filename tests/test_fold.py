@@ -179,6 +179,11 @@ BROKEN: list[tuple[Any, str]] = [
     ),
     (lambda f: f, "translate.fold returned several rows for one k; return one per key"),
     (
+        lambda f: f[f["k"] == 1].groupby("k", as_index=False)["v"].sum(),  # key 2 dropped
+        "translate.fold returned 1 rows for 2 keys; return one row per key "
+        "(filter in the translate to leave an entity out)",
+    ),
+    (
         lambda f: pd.DataFrame({"k": [1, 7], "v": [0, 0]}),
         "translate.fold returned a key that is not in its input; fold only the keys given",
     ),

@@ -68,7 +68,7 @@ def plan_files(
     if table.snapshot_by_id(snapshot_id) is None:
         # reading "nothing" from a snapshot that is gone would lose the whole range silently
         raise ArchiveTableError(
-            f"{table.name()} has no snapshot {snapshot_id}, the one the plan pinned (the table was "
+            f"{'.'.join(table.name())} has no snapshot {snapshot_id}, the one the plan pinned (the table was "
             "recreated or its snapshots expired); plan the job again"
         )
     from pyiceberg.conversions import from_bytes
@@ -79,8 +79,8 @@ def plan_files(
     for task in table.scan(row_filter=row_filter(ranges), snapshot_id=snapshot_id).plan_files():
         if task.delete_files:
             raise ArchiveTableError(
-                f"{table.name()} has row-level delete files (on {task.file.file_path}); an archive is "
-                "append-only: rewrite it with compact_archive"
+                f"{'.'.join(table.name())} has row-level delete files (on {task.file.file_path}); "
+                "an archive is append-only: rewrite it with compact_archive"
             )
         lower = (task.file.lower_bounds or {}).get(field_id)
         upper = (task.file.upper_bounds or {}).get(field_id)

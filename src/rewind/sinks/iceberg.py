@@ -334,8 +334,8 @@ def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFr
     with_deletes = [t.file.file_path for t in tasks if t.delete_files]
     if with_deletes:
         raise IcebergSinkError(
-            f"{table.name()} has row-level delete files (e.g. on {with_deletes[0]}); Rewind reads only "
-            "copy-on-write tables here: compact the table first"
+            f"{'.'.join(table.name())} has row-level delete files (e.g. on {with_deletes[0]}); "
+            "Rewind reads only copy-on-write tables here: compact the table first"
         )
     paths = [t.file.file_path for t in tasks]
     if not paths:

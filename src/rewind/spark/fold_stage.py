@@ -96,6 +96,12 @@ def fold_frame(rows: pd.DataFrame, key: list[str], fold: Any) -> pd.DataFrame:
     out = out[user].reset_index(drop=True)
     if out.duplicated(subset=key).any():
         raise FoldError(f"translate.fold returned several rows for one {', '.join(key)}; return one per key")
+    given = len(rows.drop_duplicates(subset=key))
+    if len(out) < given:  # a key without a row would vanish from a replaced window unnoticed
+        raise FoldError(
+            f"translate.fold returned {len(out)} rows for {given} keys; return one row per key "
+            "(filter in the translate to leave an entity out)"
+        )
     lineage = rows.drop_duplicates(subset=key, keep="last")[[*key, *LINEAGE_COLUMNS]]
     merged = out.merge(lineage, on=key, how="left", validate="one_to_one")
     if merged[RUN_ID].isna().any():
