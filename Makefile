@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify bench-fold clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -40,6 +40,9 @@ bench-job: install
 
 bench-verify: install
 	$(BIN)/python bench/verify.py
+
+bench-fold: install
+	$(BIN)/python bench/fold.py
 
 clean:
 	rm -rf $(VENV) .rewind .pytest_cache

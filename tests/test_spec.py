@@ -373,7 +373,8 @@ def test_unknown_field_message_is_exact() -> None:
     data = with_({"translate.fucntion": "my_pkg.orders:to_order_total", "translate.function": DEL})
     error = error_of(data)
     assert str(error) == (
-        "spec.yaml: translate.fucntion: unknown field; allowed: function, sql, version, name, output_schema"
+        "spec.yaml: translate.fucntion: unknown field; "
+        "allowed: function, sql, version, name, output_schema, fold"
     )
     assert error.field == "translate.fucntion"
 
@@ -397,7 +398,7 @@ def test_more_errors_are_counted() -> None:
         ("source.kafak", "kafka, history"),
         ("source.kafka.topic", "topics, from, to, declared_log_start"),
         ("decode.registry", "format, registry_url, schema_dir, reader_schema, subject, schema, null_value"),
-        ("sink.iceberg.partition_by", "table, mode, window_column"),
+        ("sink.iceberg.partition_by", "table, mode, window_column, window_from, window_to"),
         ("sink.postgress", "iceberg, postgres, kafka"),
         ("guards.max_rps", "max_records_per_second, max_records, max_bytes"),
         ("run.workers", "work_unit_records, lease_ttl_s"),

@@ -20,7 +20,7 @@ and the limits of the run::
 :func:`load_spec` reads a file, :func:`parse_spec` a mapping; both return a frozen
 :class:`JobSpec` or raise a one-line :class:`~rewind.errors.SpecError`::
 
-    spec.yaml: translate.fucntion: unknown field; allowed: function, sql, version, name, output_schema
+    spec.yaml: translate.fucntion: unknown field; allowed: function, sql, version, name, output_schema, fold
     spec.yaml: source.kafka.from: a time without a time zone (got '2026-10-01T00:00:00'); add Z ...
 
 From Python, ``JobSpec(...)`` and ``JobSpec.model_validate(data)`` validate the same way and
