@@ -9,7 +9,14 @@ updated), ``after-ledger-update``. The Kafka sink adds ``kafka-commit-mid-produc
 swap and its audit entry done, the run state not moved); the Iceberg sink adds
 ``iceberg-promote-before-commit``, ``iceberg-promote-after-commit``,
 ``iceberg-rollback-before-commit`` and ``iceberg-rollback-after-commit`` around its one
-catalog operation (branch swap, rebase commit or table rename).
+catalog operation (branch swap, rebase commit or table rename); the PostgreSQL sink (and
+SQLite) ``postgres-promote-before-commit``, ``postgres-promote-after-commit``,
+``postgres-rollback-before-commit`` and ``postgres-rollback-after-commit`` around the commit of
+its rename transaction (before: renames done and locks held, not committed); the Kafka sink
+``kafka-promote-before-commit``, ``kafka-promote-after-commit``,
+``kafka-rollback-before-commit`` and ``kafka-rollback-after-commit`` around the write of the
+run's ``published``/``withdrawn`` record to ``rewind.commits`` (before it is produced, after
+it is acknowledged).
 """
 
 from __future__ import annotations

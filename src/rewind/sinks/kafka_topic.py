@@ -67,7 +67,9 @@ sink remembers its own commits in between), which stays cheap while it is compac
 Crash points for fault tests (``REWIND_FAULT``, see :mod:`rewind.job.faults`):
 ``kafka-commit-mid-produce`` (after each batch of 20k rows), ``kafka-commit-before-marker``
 (data acknowledged, no marker yet), ``kafka-commit-before-end`` (marker acknowledged, the
-transaction not committed yet).
+transaction not committed yet); ``kafka-promote-before-commit`` / ``-after-commit`` and
+``kafka-rollback-before-commit`` / ``-after-commit`` around the publication record's write
+(before it is produced; after it is acknowledged).
 
 Publication: :meth:`~KafkaTopicSink.promote` records the topic with its end offsets (the true
 high watermarks from a fetch, not ListOffsets ``latest``) and the record count as
@@ -669,7 +671,7 @@ class KafkaTopicSink:
             "transactional": staging.transactional,
             "at": _now(),
         }
-        self._write_bookkeeping(f"{staging.run_id}/publication", publication, staging.bookkeeping)
+        self._publish(staging, publication, "promote")
         return Swap(self.target, "promote", _published_view(before), _published_view(publication), False)
 
     def rollback(self, staging: KafkaStaging, promoted: dict[str, Any]) -> Swap:
@@ -678,19 +680,23 @@ class KafkaTopicSink:
         after = {"topic": staging.topic, "state": "withdrawn"}
         if runlog.state in ("withdrawn", "deleted"):
             return Swap(self.target, "rollback", promoted.get("after"), after, True)
-        self._write_bookkeeping(
-            f"{staging.run_id}/publication",
-            {
-                "kind": "publication",
-                "state": "withdrawn",
-                "run_id": staging.run_id,
-                "topic": staging.topic,
-                "withdrawn": runlog.publication,
-                "at": _now(),
-            },
-            staging.bookkeeping,
-        )
+        withdrawn = {
+            "kind": "publication",
+            "state": "withdrawn",
+            "run_id": staging.run_id,
+            "topic": staging.topic,
+            "withdrawn": runlog.publication,
+            "at": _now(),
+        }
+        self._publish(staging, withdrawn, "rollback")
         return Swap(self.target, "rollback", promoted.get("after"), after, False)
+
+    def _publish(self, staging: KafkaStaging, record: dict[str, Any], action: str) -> None:
+        """Write the run's publication record (the one durable step of a promote or rollback)
+        between the fault points ``kafka-<action>-before-commit`` and ``-after-commit``."""
+        faults.point(f"kafka-{action}-before-commit")
+        self._write_bookkeeping(f"{staging.run_id}/publication", record, staging.bookkeeping)
+        faults.point(f"kafka-{action}-after-commit")
 
     def cleanup(self, staging: KafkaStaging) -> dict[str, Any]:
         """Delete the run's topic and spool files; refused while the topic is published.

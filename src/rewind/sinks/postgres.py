@@ -38,7 +38,9 @@ Where a run's output goes, and why:
   **Rollback** is the reverse renames (the promoted table becomes the staging again, so a
   re-promotion works), refused likewise when the promoted table changed since. Both record
   their state in ``rewind_stagings`` in the same transaction as the renames and are
-  idempotent after a crash.
+  idempotent after a crash: a re-run finds the state moved and only reports it. Fault points
+  (:mod:`rewind.job.faults`): ``postgres-<promote|rollback>-before-commit`` (renames done,
+  exclusive locks held, not committed) and ``-after-commit`` (committed, nothing returned yet).
 * **Cleanup** (``rewind cleanup RUN``) drops what is not the live target: the previous
   table of a promoted run (rollback is then impossible), or the staging of a run that is not
   promoted (the run cannot be resumed or promoted afterwards), and the run's spool folder.
@@ -71,6 +73,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rewind.errors import RewindError
+from rewind.job import faults
 from rewind.secrets import mask_url
 from rewind.sinks.base import Swap
 
@@ -1110,6 +1113,8 @@ class PostgresSink:
             asked, granted = self._backend.lock_exclusive(tx, *locks)  # readers wait from here to the commit
             self._backend.run_all(tx, ddl)
             swap = Swap(self.target, "promote", before, after, False)
+            faults.point("postgres-promote-before-commit")
+        faults.point("postgres-promote-after-commit")
         after.update(_lock_times(asked, granted))
         return swap
 
@@ -1181,6 +1186,8 @@ class PostgresSink:
             asked, granted = self._backend.lock_exclusive(tx, *locks)  # readers wait from here to the commit
             self._backend.run_all(tx, ddl)
             swap = Swap(self.target, "rollback", before, after, False)
+            faults.point("postgres-rollback-before-commit")
+        faults.point("postgres-rollback-after-commit")
         after.update(_lock_times(asked, granted))
         return swap
 
