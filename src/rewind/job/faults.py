@@ -3,7 +3,9 @@ SIGKILL the n-th time (default 1st) the run passes ``point``. Unset, it costs on
 
 Points: ``after-plan`` (plan stored, run not started), ``mid-wave`` (Spark job of a wave
 running), ``after-quarantine-commit``, ``after-sink-commit`` (output committed, ledger not
-updated), ``after-ledger-update``. The Kafka sink adds ``kafka-commit-mid-produce``,
+updated), ``after-ledger-update``; read models (:mod:`rewind.job.finalize`) add
+``before-fold-commit`` and ``after-fold-commit`` around the commit of the folded rows. The
+Kafka sink adds ``kafka-commit-mid-produce``,
 ``kafka-commit-before-marker`` and ``kafka-commit-before-end``; the archive its own
 ``archive-*`` points. Publishing: ``promote-after-audit`` and ``rollback-after-audit`` (the
 swap and its audit entry done, the run state not moved); the Iceberg sink adds
