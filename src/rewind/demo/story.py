@@ -171,7 +171,7 @@ def run_demo(
     say("[bold]3. run v2[/] (translate per event, fold per order) into a staging branch")
     outcome = run_job(settings, plan.plan_id, progress=lambda p: say(f"   {_progress_line(p)}"))
     run_id = outcome.run_id
-    _check_run(outcome.to_dict(), scene, window)
+    _check_run(outcome.to_dict(), scene)
     result.step("run", t0, run_id=run_id, **_run_facts(outcome.to_dict()))
     say(f"   run {run_id}: {_run_line(outcome.to_dict())}")
 
@@ -179,7 +179,7 @@ def run_demo(
     say("[bold]4. verify[/] staging against production (the target's main)")
     path = report_path or settings.state_dir / "reports" / f"{prefix}-{run_id}-verify.html"
     report = verify_run(settings, run_id, path)
-    _check_verify(report, scene, window)
+    _check_verify(report, scene)
     result.step("verify", t0, passed=report["passed"], changed=report["changes"]["changed"])
     say(
         f"   passed: {report['rows']['staging']:,} rows compared; "
@@ -236,11 +236,11 @@ def _repair_sqlite_copy(settings: Settings, scene: Scene, window: Window, say: S
         "the same job, sink postgres"
     )
     outcome = run_job(settings, parse_spec(sqlite_spec(scene, window), "demo sqlite spec"))
-    _check_run(outcome.to_dict(), scene, window)
+    _check_run(outcome.to_dict(), scene)
     report = verify_run(
         settings, outcome.run_id, settings.state_dir / "reports" / f"{outcome.run_id}-verify.json"
     )
-    _check_verify(report, scene, window)
+    _check_verify(report, scene)
     promote_run(settings, outcome.run_id)
     diff = _differences(read_sqlite_model(scene.sqlite_path), scene.correct)
     expect(diff == 0, step, f"the SQLite copy differs from the correct read model on {diff} orders")
@@ -313,7 +313,7 @@ def _run_line(outcome: dict[str, Any]) -> str:
     )
 
 
-def _check_run(outcome: dict[str, Any], scene: Scene, window: Window) -> None:
+def _check_run(outcome: dict[str, Any], scene: Scene) -> None:
     step = "run"
     expect(outcome["state"] == "succeeded", step, f"run ended {outcome['state']}")
     expect(
@@ -335,7 +335,7 @@ def _check_run(outcome: dict[str, Any], scene: Scene, window: Window) -> None:
     )
 
 
-def _check_verify(report: dict[str, Any], scene: Scene, window: Window) -> None:
+def _check_verify(report: dict[str, Any], scene: Scene) -> None:
     step = "verify"
     expect(report["passed"], step, f"verification failed: {report['failed']}")
     changed = report["changes"]["changed"]
