@@ -46,6 +46,8 @@ FOLD_COUNTS_PROPERTY = "rewind.fold-counts"
 FOLD_UNIT = "fold"
 """The unit id under which a PostgreSQL sink records the folded rows of a run."""
 PARTS_NAMESPACE = "rewind"
+FOLD_TASK_ROWS = 1_000_000
+"""Partial rows one fold task is sized for (each record read gives about one partial row)."""
 
 
 def needs_finalize(spec: JobSpec) -> bool:
@@ -167,7 +169,9 @@ def _fold(
         window=replaced_window(spec) if column else None,
     )
     rows = read_iceberg(spark, sink.catalog.load_table(staging.table), staging.ref)
-    return run_fold(rows, ctx, default_parallelism(spark))
+    # a task holds all rows of its keys in memory: at most ~FOLD_TASK_ROWS partial rows each
+    tasks = max(default_parallelism(spark), -(-plan.offsets // FOLD_TASK_ROWS))
+    return run_fold(rows, ctx, tasks)
 
 
 def _commit_iceberg(
