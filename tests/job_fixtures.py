@@ -279,3 +279,27 @@ def breaks_contract_late(events: pd.DataFrame) -> Any:
     if (events["order_id"] > 2000).any():
         return "not a frame"
     return events[["_rewind_row", "order_id", "amount"]]
+
+
+def record_finished_run(settings: Any, spec: dict[str, Any], target: str, run_id: str, staging: Any) -> None:
+    """Record ``run_id`` in the ledger as a finished ``rewind run`` leaves it (its plan, the run
+    with its staging, state ``succeeded``), for tests of what comes after a run (promote,
+    rollback) that write the staging through the sink themselves instead of running Spark."""
+    from rewind.ledger import Ledger
+
+    plan = {
+        "plan_id": f"plan-{run_id}",
+        "name": spec["name"],
+        "spec": spec,
+        "read_plan": {},
+        "units": [],
+        "offsets": 0,
+        "output_schema_b64": "",
+        "output_columns": [],
+        "gates": [],
+    }
+    with Ledger.open(settings.ledger) as ledger:
+        ledger.save_plan(plan["plan_id"], spec["name"], spec, plan)
+        ledger.create_run(plan["plan_id"], spec["name"], target, run_id=run_id, staging=staging.to_dict())
+        ledger.set_state(run_id, "running")
+        ledger.set_state(run_id, "succeeded")

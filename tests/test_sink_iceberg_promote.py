@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,25 +28,9 @@ import pytest
 from rewind.config import Settings, load_settings
 from rewind.sinks.files import write_parquet
 from tests import job_fixtures as jf
+from tests.test_sink_iceberg import SCHEMA, rows, ts
 
-SCHEMA = pa.schema(
-    [("k", pa.int64()), ("v", pa.string()), ("_rewind_source_timestamp", pa.timestamp("us", tz="UTC"))]
-)
 WINDOW_COLUMN = "_rewind_source_timestamp"
-
-
-def ts(hour: int) -> datetime:
-    return datetime(2026, 10, 1, hour, tzinfo=UTC)
-
-
-def rows(*items: tuple[int, str, int]) -> pa.Table:
-    return pa.table(
-        {
-            "k": [k for k, _, _ in items],
-            "v": [v for _, v, _ in items],
-            WINDOW_COLUMN: pa.array([ts(h) for _, _, h in items], pa.timestamp("us", tz="UTC")),
-        }
-    )
 
 
 @dataclass
@@ -106,16 +89,19 @@ def record_run(settings: Settings, run_id: str, table: str, *, new_table: bool =
     """Stage a run's output through the sink and record it in the ledger as a finished run."""
     from rewind.catalog import load_catalog
     from rewind.job.components import make_sink
-    from rewind.ledger import Ledger
     from rewind.spec import JobSpec
 
     catalog = load_catalog(settings)
     catalog.create_namespace_if_not_exists("an")
-    iceberg = {"table": table, "mode": "append"} if new_table else {
-        "table": table,
-        "mode": "replace-window",
-        "window_column": WINDOW_COLUMN,
-    }
+    iceberg = (
+        {"table": table, "mode": "append"}
+        if new_table
+        else {
+            "table": table,
+            "mode": "replace-window",
+            "window_column": WINDOW_COLUMN,
+        }
+    )
     if not new_table:
         target = catalog.create_table(table, schema=SCHEMA)
         target.append(rows((1, "a", 1), (2, "b", 2), (3, "c", 3), (4, "d", 4)))
@@ -130,24 +116,7 @@ def record_run(settings: Settings, run_id: str, table: str, *, new_table: bool =
     staging = sink.prepare(run_id, SCHEMA)
     files = [write_parquet(sink.data_folder(staging), rows((2, "B", 2), (3, "C", 3)), "x")]
     sink.commit(staging, run_id, ["orders/0/0-2"], files)
-    plan = {
-        "plan_id": f"plan-{run_id}",
-        "name": spec["name"],
-        "spec": spec,
-        "read_plan": {},
-        "units": [],
-        "offsets": 0,
-        "output_schema_b64": "",
-        "output_columns": [],
-        "gates": [],
-    }
-    with Ledger.open(settings.ledger) as ledger:
-        ledger.save_plan(plan["plan_id"], spec["name"], spec, plan)
-        ledger.create_run(
-            plan["plan_id"], spec["name"], sink.target, run_id=run_id, staging=staging.to_dict()
-        )
-        ledger.set_state(run_id, "running")
-        ledger.set_state(run_id, "succeeded")
+    jf.record_finished_run(settings, spec, sink.target, run_id, staging)
     return Run(settings, run_id, table, staging.to_dict())
 
 

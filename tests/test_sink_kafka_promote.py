@@ -22,11 +22,9 @@ import json
 import subprocess
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from rewind.config import Settings, load_settings
@@ -39,45 +37,12 @@ from rewind.sinks.kafka_topic import (
     _watermarks,
     bookkeeping_partition,
 )
-from rewind.translate.lineage import LINEAGE_SCHEMA, event_id
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
+from tests.test_sink_kafka import SCHEMA, output_rows
 
-SCHEMA = pa.schema(
-    [
-        pa.field("order_id", pa.int64()),
-        pa.field("status", pa.string()),
-        pa.field("amount", pa.float64()),
-        *LINEAGE_SCHEMA,
-    ]
-)
-BASE_MS = 1_760_000_000_000
 PARTITIONS = 2
 ROWS_PER_UNIT = 50
-
-
-def output_rows(src: str, partition: int, run_id: str) -> pa.Table:
-    """The output rows of source offsets [0, ROWS_PER_UNIT) of one partition (a 1:1 translate)."""
-    offsets = list(range(ROWS_PER_UNIT))
-    n = len(offsets)
-    return pa.table(
-        {
-            "order_id": [partition * 1_000 + o for o in offsets],
-            "status": ["paid"] * n,
-            "amount": [o * 1.25 for o in offsets],
-            "_rewind_event_id": [event_id(src, partition, o, "orders", "1", 0) for o in offsets],
-            "_rewind_source_topic": [src] * n,
-            "_rewind_source_partition": [partition] * n,
-            "_rewind_source_offset": offsets,
-            "_rewind_source_timestamp": [datetime.fromtimestamp((BASE_MS + o) / 1000, UTC) for o in offsets],
-            "_rewind_extracted_at": [datetime(2026, 11, 1, tzinfo=UTC)] * n,
-            "_rewind_transform": ["orders"] * n,
-            "_rewind_transform_version": ["1"] * n,
-            "_rewind_run_id": [run_id] * n,
-            "_rewind_synthetic": [True] * n,
-        },
-        schema=SCHEMA,
-    )
 
 
 @dataclass
@@ -144,7 +109,6 @@ class Run:
 def record_run(settings: Settings, src: str, label: str) -> Run:
     """Stage a run's output through the sink and record it in the ledger as a finished run."""
     from rewind.job.components import make_sink
-    from rewind.ledger import Ledger
     from rewind.spec import JobSpec
 
     run_id = f"{label}-{uuid.uuid4().hex[:8]}"
@@ -155,31 +119,14 @@ def record_run(settings: Settings, src: str, label: str) -> Run:
     staging = sink.prepare(run_id, SCHEMA)
     units = [f"{src}/{p}/0-{ROWS_PER_UNIT}" for p in range(PARTITIONS)]
     files = [
-        write_parquet(sink.data_folder(staging), output_rows(src, p, run_id), f"u{p}")
+        write_parquet(sink.data_folder(staging), output_rows(src, p, 0, ROWS_PER_UNIT, run_id), f"u{p}")
         for p in range(PARTITIONS)
     ]
     counts = {
         u: {"records_read": ROWS_PER_UNIT, "emitted": ROWS_PER_UNIT, "rows_out": ROWS_PER_UNIT} for u in units
     }
     sink.commit(staging, run_id, units, files, extra={"rewind.unit-counts": json.dumps(counts)})
-    plan = {
-        "plan_id": f"plan-{run_id}",
-        "name": spec["name"],
-        "spec": spec,
-        "read_plan": {},
-        "units": [],
-        "offsets": 0,
-        "output_schema_b64": "",
-        "output_columns": [],
-        "gates": [],
-    }
-    with Ledger.open(settings.ledger) as ledger:
-        ledger.save_plan(plan["plan_id"], spec["name"], spec, plan)
-        ledger.create_run(
-            plan["plan_id"], spec["name"], sink.target, run_id=run_id, staging=staging.to_dict()
-        )
-        ledger.set_state(run_id, "running")
-        ledger.set_state(run_id, "succeeded")
+    jf.record_finished_run(settings, spec, sink.target, run_id, staging)
     return Run(settings, run_id, sink, staging)
 
 

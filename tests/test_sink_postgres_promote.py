@@ -26,12 +26,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow as pa
 import pytest
 
 from rewind.config import Settings, load_settings
@@ -39,44 +37,13 @@ from rewind.sinks.files import write_parquet
 from rewind.sinks.postgres import COUNTS_KEY, STAGINGS_TABLE, PostgresSink, PostgresStaging
 from rewind.translate.lineage import LINEAGE_SCHEMA
 from tests import job_fixtures as jf
+from tests.test_sink_postgres import SCHEMA, rows
 
-SCHEMA = pa.schema(
-    [
-        pa.field("order_id", pa.int64()),
-        pa.field("status", pa.string()),
-        pa.field("amount", pa.float64()),
-        *LINEAGE_SCHEMA,
-    ]
-)
-BASE = datetime(2026, 10, 1, tzinfo=UTC)
 LINEAGE_SQL = {
     "postgres": {"string": "text", "int32": "integer", "int64": "bigint", "bool": "boolean"},
     "sqlite": {"string": "TEXT", "int32": "INTEGER", "int64": "INTEGER", "bool": "BOOLEAN"},
 }
 TIMESTAMP_SQL = {"postgres": "timestamptz", "sqlite": "TIMESTAMP"}
-
-
-def output_rows(run_id: str, items: list[tuple[int, int, float]]) -> pa.Table:
-    """Output rows for ``(order_id, source offset, amount)``; the event time grows with the offset."""
-    n = len(items)
-    return pa.table(
-        {
-            "order_id": [i for i, _, _ in items],
-            "status": ["repaired"] * n,
-            "amount": [a for _, _, a in items],
-            "_rewind_event_id": [f"e-0-{o}" for _, o, _ in items],
-            "_rewind_source_topic": ["orders"] * n,
-            "_rewind_source_partition": [0] * n,
-            "_rewind_source_offset": [o for _, o, _ in items],
-            "_rewind_source_timestamp": [BASE + timedelta(milliseconds=o) for _, o, _ in items],
-            "_rewind_extracted_at": [BASE] * n,
-            "_rewind_transform": ["t"] * n,
-            "_rewind_transform_version": ["1"] * n,
-            "_rewind_run_id": [run_id] * n,
-            "_rewind_synthetic": [True] * n,
-        },
-        schema=SCHEMA,
-    )
 
 
 @dataclass
@@ -226,7 +193,6 @@ class Run:
 def record_run(settings: Settings, db: Db, run_id: str, table: str, *, new_table: bool = False) -> Run:
     """Stage a run's output through the sink and record it in the ledger as a finished run."""
     from rewind.job.components import make_sink
-    from rewind.ledger import Ledger
     from rewind.spec import JobSpec
 
     if not new_table:
@@ -239,30 +205,14 @@ def record_run(settings: Settings, db: Db, run_id: str, table: str, *, new_table
     try:
         staging = sink.prepare(run_id, SCHEMA)
         assert staging.target_existed is not new_table
-        repaired = output_rows(run_id, [(i, 100 + i, 0.25 * i) for i in range(1, 11)] + [(31, 200, 9.0)])
+        items = [(i, 100 + i, 0.25 * i) for i in range(1, 11)] + [(31, 200, 9.0)]
+        repaired = rows(run_id, items, status="repaired")
         files = [write_parquet(sink.data_folder(staging), repaired, "data")]
         counts = {"orders/0/0-11": {"records_read": 11, "emitted": 11, "rows_out": 11}}
         sink.commit(staging, run_id, ["orders/0/0-11"], files, extra={COUNTS_KEY: json.dumps(counts)})
     finally:
         sink.close()
-    plan = {
-        "plan_id": f"plan-{run_id}",
-        "name": spec["name"],
-        "spec": spec,
-        "read_plan": {},
-        "units": [],
-        "offsets": 0,
-        "output_schema_b64": "",
-        "output_columns": [],
-        "gates": [],
-    }
-    with Ledger.open(settings.ledger) as ledger:
-        ledger.save_plan(plan["plan_id"], spec["name"], spec, plan)
-        ledger.create_run(
-            plan["plan_id"], spec["name"], sink.target, run_id=run_id, staging=staging.to_dict()
-        )
-        ledger.set_state(run_id, "running")
-        ledger.set_state(run_id, "succeeded")
+    jf.record_finished_run(settings, spec, sink.target, run_id, staging)
     return Run(settings, db, run_id, table, staging)
 
 
