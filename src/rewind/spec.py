@@ -1084,6 +1084,16 @@ class Translate(_Model):
         return "function" if self.function is not None else "sql"
 
 
+def _check_window_order(start: datetime | None, end: datetime | None, what: str) -> None:
+    """A sink's ``window_from`` must come before its ``window_to`` (both sinks that take them)."""
+    if start and end and start >= end:
+        raise _Bad(
+            "window_from is not before window_to",
+            f"the {what} window is [window_from, window_to)",
+            got=_Plain(f"{_iso(start)} .. {_iso(end)}"),
+        )
+
+
 class IcebergSink(_Model):
     """Write to an Iceberg table of the catalog in the settings."""
 
@@ -1147,12 +1157,7 @@ class IcebergSink(_Model):
                 )
         if self.mode == "replace-window" and self.window_column is None:
             _fill(self, "window_column", _LINEAGE_TIME)
-        if self.window_from and self.window_to and self.window_from >= self.window_to:
-            raise _Bad(
-                "window_from is not before window_to",
-                "the replaced window is [window_from, window_to)",
-                got=_Plain(f"{_iso(self.window_from)} .. {_iso(self.window_to)}"),
-            )
+        _check_window_order(self.window_from, self.window_to, "replaced")
         return self
 
     @property
@@ -1211,12 +1216,7 @@ class PostgresSink(_Model):
                 raise _Bad(
                     "needs window_column", "name the column that places a row in the window", at=(name,)
                 )
-        if self.window_from and self.window_to and self.window_from >= self.window_to:
-            raise _Bad(
-                "window_from is not before window_to",
-                "the repaired window is [window_from, window_to)",
-                got=_Plain(f"{_iso(self.window_from)} .. {_iso(self.window_to)}"),
-            )
+        _check_window_order(self.window_from, self.window_to, "repaired")
         return self
 
     @field_validator("table")
