@@ -180,11 +180,9 @@ def _drop_fold_parts(settings: Settings, ledger: Ledger, run_id: str) -> dict[st
     succeeded dropped it already)."""
     from rewind.job.finalize import parts_in_scratch, parts_sink
     from rewind.job.service import load_plan
-    from rewind.sinks.iceberg import IcebergStaging
 
     spec = load_plan(ledger, ledger.get_run(run_id).plan_id).job_spec()
     if not parts_in_scratch(spec):
         return None
     sink = parts_sink(settings, spec)
-    name = f"{sink.table_name}__rewind_{run_id.replace('-', '_')}"
-    return sink.cleanup(IcebergStaging(sink.target, name, None, None, True))
+    return sink.cleanup(sink.table_staging(run_id))

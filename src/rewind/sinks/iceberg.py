@@ -150,16 +150,21 @@ class IcebergSink:
 
     # -- staging --------------------------------------------------------------------------
 
+    def table_staging(self, run_id: str) -> IcebergStaging:
+        """The staging table ``run_id`` uses when the target does not exist (a new table)."""
+        name = f"{self.table_name}__rewind_{run_id.replace('-', '_')}"
+        return IcebergStaging(self.target, name, None, None, True)
+
     def prepare(self, run_id: str, schema: pa.Schema) -> IcebergStaging:
         """Create (or find again, on resume) the staging branch or table of ``run_id``."""
         target = self._load(self.table_name)
         if target is None:
-            name = f"{self.table_name}__rewind_{run_id.replace('-', '_')}"
-            if self._load(name) is None:
-                namespace, _ = _split(name)
+            staging = self.table_staging(run_id)
+            if self._load(staging.table) is None:
+                namespace, _ = _split(staging.table)
                 self.catalog.create_namespace_if_not_exists(namespace)
-                self.catalog.create_table(name, schema=schema, properties={RUN_PROPERTY: run_id})
-            return IcebergStaging(self.target, name, None, None, True)
+                self.catalog.create_table(staging.table, schema=schema, properties={RUN_PROPERTY: run_id})
+            return staging
         _check_compatible(self.table_name, target, schema)
         branch = f"rewind-{run_id}"
         ref = target.metadata.refs.get(branch)
