@@ -197,15 +197,10 @@ def _first_offsets_at(history: domain.History, offsets: list[list[int]], at_ms: 
 def _arrow_schema() -> pa.Schema:
     import pyarrow as pa
 
+    from rewind.job.components import arrow_type
     from rewind.translate.lineage import LINEAGE_SCHEMA
 
-    types = {
-        "string": pa.string(),
-        "double": pa.float64(),
-        "long": pa.int64(),
-        "timestamp": pa.timestamp("us", tz="UTC"),
-    }
-    fields = [pa.field(name, types[kind]) for name, kind in domain.READ_MODEL_SCHEMA.items()]
+    fields = [pa.field(name, arrow_type(kind)) for name, kind in domain.READ_MODEL_SCHEMA.items()]
     # v1 is not Rewind: its rows carry no lineage, so the lineage columns are optional here
     return pa.schema(fields + [f.with_nullable(True) for f in LINEAGE_SCHEMA])
 
@@ -222,27 +217,18 @@ def _write_iceberg_model(catalog: Catalog, name: str, v1: pd.DataFrame) -> None:
     table.append(data.select(schema.names).cast(schema))
 
 
-_SQLITE_COLUMNS = {"string": "TEXT", "double": "DOUBLE", "long": "BIGINT", "timestamp": "TIMESTAMP"}
-_SQLITE_LINEAGE = {
-    "string": "TEXT",
-    "int32": "INTEGER",
-    "int64": "BIGINT",
-    "timestamp[us, tz=UTC]": "TIMESTAMP",
-    "bool": "BOOLEAN",
-}
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # naive UTC text, as Rewind's SQLite sink writes timestamps
 
 
 def _write_sqlite_model(path: Path, v1: pd.DataFrame) -> None:
     """The service's SQL copy of the read model: its columns, a unique key, and (empty) lineage
     columns, which a backfill writes on every row it touches."""
-    from rewind.translate.lineage import LINEAGE_SCHEMA
+    from rewind.sinks.postgres import sqlite_type
 
     path.parent.mkdir(parents=True, exist_ok=True)
     for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         leftover.unlink(missing_ok=True)  # the demo's own file: an earlier story's tables go with it
-    columns = [f"{name} {_SQLITE_COLUMNS[kind]}" for name, kind in domain.READ_MODEL_SCHEMA.items()]
-    columns += [f"{f.name} {_SQLITE_LINEAGE[str(f.type)]}" for f in LINEAGE_SCHEMA]
+    columns = [f"{f.name} {sqlite_type(f.type)}" for f in _arrow_schema()]  # as the sink would type them
     with sqlite3.connect(path) as db:
         db.execute(f"CREATE TABLE order_totals ({', '.join(columns)})")
         db.execute("CREATE UNIQUE INDEX order_totals_order_id ON order_totals (order_id)")

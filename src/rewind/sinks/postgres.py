@@ -285,7 +285,7 @@ _SQLITE_TYPES = {
 }
 
 
-def _sqlite_type(t: pa.DataType) -> str:
+def sqlite_type(t: pa.DataType) -> str:
     pg = _pg_type(t)
     return _SQLITE_TYPES.get(pg, pg.upper())
 
@@ -1932,7 +1932,7 @@ class _Sqlite(_Backend):
         self, tx: _Tx, staging: _Name, schema: pa.Schema, conflict: list[str], index_name: str
     ) -> None:
         cols = ", ".join(
-            f"{_q(f.name)} {_sqlite_type(f.type)}{'' if f.nullable else ' NOT NULL'}" for f in schema
+            f"{_q(f.name)} {sqlite_type(f.type)}{'' if f.nullable else ' NOT NULL'}" for f in schema
         )
         tx.cur.execute(f"CREATE TABLE {staging.sql} ({cols})")
         keys = ", ".join(_q(c) for c in conflict)
