@@ -142,7 +142,7 @@ def execute(
     interrupts = _Interrupts(settings)
     try:
         # 1. the lease on the staging target, for the whole run
-        with interrupts, ledger.keeper(sink.target, run_id, spec.run.lease_ttl_s) as keeper:
+        with ledger.keeper(sink.target, run_id, spec.run.lease_ttl_s) as keeper, interrupts:
             # 2. the run is running (only now: a refused resume must not touch a live run)
             ledger.set_state(run_id, "running")
             # 3. staging and quarantine
@@ -230,7 +230,8 @@ class _Interrupts:
     PySpark's own SIGINT handler cancels the running jobs, and the cancellation reaches the
     driver as a Py4J error rather than ``KeyboardInterrupt``; this says it was the user's
     Ctrl-C, so the run is ``interrupted``, not ``failed``. The Spark session is started first,
-    so its handler is the one chained to.
+    so its handler is the one chained to; it starts once the lease is held, so a refused run
+    starts no Spark.
     """
 
     def __init__(self, settings: Settings) -> None:
