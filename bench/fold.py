@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rewind.core.arrow import schema_to_b64
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
@@ -86,7 +88,7 @@ def plain_fold(rows, out: str) -> None:  # type: ignore[no-untyped-def]
     """What one would write without Rewind: the fold once per order, then a Parquet write."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from rewind.translate.columns import LINEAGE_COLUMNS
+    from rewind.core.columns import LINEAGE_COLUMNS
 
     order = [
         "_rewind_source_timestamp",
@@ -122,7 +124,6 @@ def main() -> None:
     from rewind.config import load_settings
     from rewind.spark import session
     from rewind.spark.fold_stage import FoldContext, run_fold
-    from rewind.spark.job_stage import schema_to_b64
     from rewind.spark.session import default_parallelism
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-fold-"))

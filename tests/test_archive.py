@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Producer
 
 from rewind.config import Settings, load_settings
+from rewind.core.ranges import OffsetRange
 from rewind.history.archive import (
     ArchivePass,
     ContinuousArchive,
@@ -41,7 +42,6 @@ from rewind.history.schema import (
     summary_properties,
 )
 from rewind.kafka.capabilities import probe_capabilities
-from rewind.kafka.ranges import OffsetRange
 from tests.conftest import broker_is_embedded
 from tests.kafka_util import create_topic
 

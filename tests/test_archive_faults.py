@@ -1,7 +1,7 @@
 """``rewind archive`` killed with SIGKILL mid-commit, then run again: no duplicate, no missing offset.
 
 Each crash runs the real command in a child process with ``REWIND_FAULT`` (see
-:mod:`rewind.job.faults`): ``archive-before-commit`` dies after the files and gaps are written
+:mod:`rewind.faults`): ``archive-before-commit`` dies after the files and gaps are written
 but before the Iceberg commit; ``archive-after-commit`` dies right after the commit, before
 the command returns. The next pass must start exactly where the last commit ended.
 """

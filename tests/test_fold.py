@@ -22,11 +22,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rewind.core.arrow import schema_to_b64
+from rewind.core.columns import LINEAGE_COLUMNS
 from rewind.errors import RewindError, SpecError
-from rewind.job.finalize import needs_finalize, replaced_window
+from rewind.job.finalize import needs_finalize
 from rewind.spark.fold_stage import FoldContext, FoldError, FoldPartitions, _outside, fold_frame
 from rewind.spec import parse_spec
-from rewind.translate.columns import LINEAGE_COLUMNS
 from tests.fold_fixtures import sum_fold
 
 T0 = datetime(2026, 10, 1, tzinfo=UTC)
@@ -316,8 +317,6 @@ def _task_schema() -> pa.Schema:
 
 
 def _context(tmp_path: Path, fold: str | None, window: tuple[datetime, datetime] | None) -> FoldContext:
-    from rewind.spark.job_stage import schema_to_b64
-
     return FoldContext(
         run_id="r-1",
         key=("k",),
@@ -454,7 +453,7 @@ def test_the_replaced_window_may_be_the_whole_source_window_given_in_any_form() 
             sink__iceberg__window_to="2026-10-08T02:00:00+02:00",
         )
     )
-    assert replaced_window(spec) == (datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 8, tzinfo=UTC))
+    assert spec.replaced_window() == (datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 8, tzinfo=UTC))
 
 
 @pytest.mark.parametrize(
@@ -602,11 +601,11 @@ def test_which_runs_finalize(changes: dict[str, Any], needed: bool) -> None:
 
 def test_the_replaced_window_defaults_to_the_source_window_end_by_end() -> None:
     oct_ = [datetime(2026, 10, d, tzinfo=UTC) for d in range(1, 9)]
-    assert replaced_window(parse_spec(spec_data())) == (oct_[1], oct_[4])
-    assert replaced_window(parse_spec(spec_data(sink__iceberg__window_from=None))) == (oct_[0], oct_[4])
-    assert replaced_window(parse_spec(spec_data(sink__iceberg__window_to=None))) == (oct_[1], oct_[7])
+    assert parse_spec(spec_data()).replaced_window() == (oct_[1], oct_[4])
+    assert parse_spec(spec_data(sink__iceberg__window_from=None)).replaced_window() == (oct_[0], oct_[4])
+    assert parse_spec(spec_data(sink__iceberg__window_to=None)).replaced_window() == (oct_[1], oct_[7])
     whole = spec_data(sink__iceberg__window_to=None, sink__iceberg__window_from=None)
-    assert replaced_window(parse_spec(whole)) == (oct_[0], oct_[7])
+    assert parse_spec(whole).replaced_window() == (oct_[0], oct_[7])
     offsets = copy.deepcopy(whole)
     offsets["source"]["kafka"]["to"] = "latest"
-    assert replaced_window(parse_spec(offsets)) is None
+    assert parse_spec(offsets).replaced_window() is None

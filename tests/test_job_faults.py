@@ -1,6 +1,6 @@
 """Idempotence, resume and fencing of backfill runs under real crashes.
 
-A run is SIGKILLed at the named crash points of :mod:`rewind.job.faults` (each in its own
+A run is SIGKILLed at the named crash points of :mod:`rewind.faults` (each in its own
 child process with ``REWIND_FAULT``), resumed, killed again, and finally resumed to the end.
 Its staging must then equal, row for row, a clean run of the same spec: no duplicate, no
 gap, the quarantine written once. Two chains cover the five points, one staging on a branch

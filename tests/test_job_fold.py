@@ -199,7 +199,7 @@ def _finalize_snapshots(settings: Settings, staging: dict[str, Any], run_id: str
     from pyiceberg.table.snapshots import Operation, ancestors_of
 
     from rewind.catalog import load_catalog
-    from rewind.job.finalize import FINALIZED_PROPERTY
+    from rewind.sinks.iceberg import FINALIZED_PROPERTY
 
     table = load_catalog(settings).load_table(staging["table"])
     ref = staging["branch"] or "main"

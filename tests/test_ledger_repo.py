@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, event, text
 
+from rewind.core.ranges import OffsetRange
 from rewind.errors import RewindError
-from rewind.kafka.ranges import OffsetRange
 from rewind.ledger import (
     SCHEMA_VERSION,
     TRANSITIONS,

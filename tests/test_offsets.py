@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rewind.core.ranges import OffsetRange
 from rewind.kafka import clients
 from rewind.kafka.offsets import (
     EARLIEST,
@@ -37,7 +38,6 @@ from rewind.kafka.offsets import (
     parse_spark_options,
     resolve,
 )
-from rewind.kafka.ranges import OffsetRange
 
 try:  # tests/ may or may not be a package
     from tests.conftest import broker_is_embedded

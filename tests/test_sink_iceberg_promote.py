@@ -1,7 +1,7 @@
 """``rewind promote`` and ``rewind rollback`` of an Iceberg run, SIGKILLed at every step.
 
 Each promote or rollback runs as a real ``rewind`` child process with ``REWIND_FAULT`` set to
-one of the points of :mod:`rewind.job.faults` on that path: before the catalog commit, after
+one of the points of :mod:`rewind.faults` on that path: before the catalog commit, after
 it (the ledger not told), after the audit entry (the run state not moved). After each kill
 the target's ``main`` must be exactly the old snapshot or exactly the staged one, row for
 row; a plain re-run must complete the step, and the ledger must hold one audit entry per

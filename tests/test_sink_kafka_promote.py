@@ -3,7 +3,7 @@
 The Kafka sink publishes a run by writing one record, ``<run id>/publication`` in the
 compacted ``rewind.commits`` topic: ``published`` (with the topic's end offsets and record
 count) on promote, ``withdrawn`` on rollback. Each promote or rollback runs as a real ``rewind``
-child process with ``REWIND_FAULT`` set to one of the points of :mod:`rewind.job.faults` on
+child process with ``REWIND_FAULT`` set to one of the points of :mod:`rewind.faults` on
 that path: before that record is produced, after it is acknowledged (the ledger not told),
 after the audit entry (the run state not moved). After each kill the publication the sink
 reports must be exactly the old one or exactly the new one; a plain re-run must complete the

@@ -1,7 +1,7 @@
 """``rewind promote`` and ``rewind rollback`` of a PostgreSQL (and SQLite) run, SIGKILLed at every step.
 
 Each promote or rollback runs as a real ``rewind`` child process with ``REWIND_FAULT`` set to
-one of the points of :mod:`rewind.job.faults` on that path: inside the rename transaction
+one of the points of :mod:`rewind.faults` on that path: inside the rename transaction
 before it commits (renames done, exclusive locks held), right after it commits (the ledger not
 told), after the audit entry (the run state not moved). After each kill the target must be
 exactly the old table or exactly the staged one, row for row (and the tables beside it and the

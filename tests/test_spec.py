@@ -243,9 +243,9 @@ def test_null_value_defaults_by_format() -> None:
 
 def test_decode_vocabulary_is_the_decoders() -> None:
     """The spec checks decode.schema without importing pandas; it must agree with the decoder."""
+    from rewind.core.columns import RESERVED_PREFIXES
     from rewind.spec import _JSON_TYPES, _RESERVED_PREFIXES
     from rewind.translate import decode
-    from rewind.translate.columns import RESERVED_PREFIXES
 
     assert set(_JSON_TYPES) == set(decode.JSON_TYPE_NAMES)
     for name, canonical in _JSON_TYPES.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewind.kafka.ranges import OffsetRange, group_for_tasks
+from rewind.core.ranges import OffsetRange, group_for_tasks
 
 ranges_strategy = st.lists(
     st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5), st.integers(0, 500), st.integers(0, 500)),

@@ -27,8 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rewind.core.arrow import kafka_record_schema
+from rewind.core.columns import INPUT_COLUMNS, LINEAGE_COLUMNS, ROW, ROW_INDEX
 from rewind.errors import RewindError
-from rewind.spark.kafka_fetch import arrow_schema
 from rewind.translate import (
     LINEAGE_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -56,7 +57,6 @@ from rewind.translate import (
     load_callable,
     process_batch,
 )
-from rewind.translate.columns import INPUT_COLUMNS, LINEAGE_COLUMNS, ROW, ROW_INDEX
 from rewind.translate.lineage import ordinals
 
 TS0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -86,7 +86,7 @@ def kafka_batch(
             "timestamp": [TS0.replace(second=i % 60) for i in range(n)],
             "timestampType": [0] * n,
         },
-        schema=arrow_schema(False),
+        schema=kafka_record_schema(False),
     )
 
 

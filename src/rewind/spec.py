@@ -63,6 +63,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from rewind.core.columns import SOURCE_TIMESTAMP
 from rewind.errors import SpecError
 from rewind.kafka.offsets import EARLIEST, LATEST, Bound, BoundSpec, Timestamp, WindowRequest
 from rewind.secrets import mask
@@ -122,7 +123,7 @@ _MS = timedelta(milliseconds=1)
 # Integers below this (1973-03-03) are far more likely epoch seconds or offsets than epoch ms.
 _MIN_EPOCH_MS = 100_000_000_000
 _MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
-_LINEAGE_TIME = "_rewind_source_timestamp"
+_LINEAGE_TIME = SOURCE_TIMESTAMP
 _QUARANTINE_NAME = "rewind_quarantine"
 
 _SLUG = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -580,7 +581,7 @@ _JSON_TYPES = {
     **{"str": "string", "integer": "int", "int32": "int", "bigint": "long", "int64": "long"},
     **{"float32": "float", "float64": "double", "bool": "boolean", "any": "json", "object": "json"},
 }
-# Column prefixes of Rewind's own columns (rewind.translate.columns.RESERVED_PREFIXES).
+# Column prefixes of Rewind's own columns (rewind.core.columns.RESERVED_PREFIXES).
 _RESERVED_PREFIXES = ("_src_", "_rewind_")
 
 
@@ -2052,6 +2053,16 @@ class JobSpec(_Model):
                 )
 
     # -- derived ----------------------------------------------------------------------------
+
+    def replaced_window(self) -> tuple[datetime, datetime] | None:
+        """The repaired window: the sink's ``window_from``/``window_to``, else the source window;
+        None unless both ends are times."""
+        window = self.source.window
+        start, end = self.sink.window_bounds
+        lo, hi = start or window.from_, end or window.to
+        if isinstance(lo, datetime) and isinstance(hi, datetime):
+            return lo, hi
+        return None
 
     def window_request(self) -> WindowRequest:
         """The Kafka source's :meth:`KafkaSource.window_request`."""

@@ -197,7 +197,7 @@ def _first_offsets_at(history: domain.History, offsets: list[list[int]], at_ms: 
 def _arrow_schema() -> pa.Schema:
     import pyarrow as pa
 
-    from rewind.job.components import arrow_type
+    from rewind.core.datatypes import arrow_type
     from rewind.translate.lineage import LINEAGE_SCHEMA
 
     fields = [pa.field(name, arrow_type(kind)) for name, kind in domain.READ_MODEL_SCHEMA.items()]

@@ -31,7 +31,7 @@ A pass, in order (:func:`archive_once`):
    still moves the high-water; a pass with nothing new commits nothing; then fault point
    ``archive-after-commit``.
 
-Fault points (``REWIND_FAULT=<point>[:<n>]``, see :mod:`rewind.job.faults`) kill the process
+Fault points (``REWIND_FAULT=<point>[:<n>]``, see :mod:`rewind.faults`) kill the process
 with SIGKILL at steps 4 and 5, for crash tests.
 
 Continuous archiving (:func:`start_continuous`) first runs one pass (the backlog, with
@@ -56,6 +56,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from rewind.core.ranges import OffsetRange, group_for_tasks
 from rewind.history import spans
 from rewind.history.archive_files import RESULT_SCHEMA, ArchiveFiles, FetchAndArchive, TaskContext
 from rewind.history.exceptions import (
@@ -79,7 +80,6 @@ from rewind.history.schema import (
     open_gaps,
     tp_key,
 )
-from rewind.kafka.ranges import OffsetRange, group_for_tasks
 from rewind.spark.session import default_parallelism
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ def write_ranges(
     reader's fetch loop and writes the records, which never cross into the JVM;
     ``via="reader"``: ``spark.read.format("rewind-kafka")`` with the ``ranges`` option, then
     ``mapInArrow``. Both cut the ranges into the same tasks (chunks of ``chunk_records``,
-    grouped by :func:`rewind.kafka.ranges.group_for_tasks`). ``source`` replaces the read (a
+    grouped by :func:`rewind.core.ranges.group_for_tasks`). ``source`` replaces the read (a
     stream's micro-batch); ``floors`` drops records below a per-partition offset (a replayed
     micro-batch).
     """
@@ -411,7 +411,7 @@ def commit_pass(
     """
     from pyiceberg.exceptions import CommitFailedException
 
-    from rewind.job import faults
+    from rewind import faults
 
     started = time.monotonic() if started is None else started
     gaps = _check_written(archive_pass, written)

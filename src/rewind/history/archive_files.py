@@ -204,7 +204,7 @@ class FetchAndArchive:
         self.ctx, self.conf, self.tasks, self.poll_timeout_s = ctx, conf, tasks, poll_timeout_s
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from rewind.kafka.ranges import OffsetRange
+        from rewind.core.ranges import OffsetRange
         from rewind.spark.kafka_fetch import fetch_ranges
 
         for batch in batches:

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.ranges import OffsetRange
 from rewind.history import spans
 from rewind.history.exceptions import ArchiveTableError
-from rewind.kafka.ranges import OffsetRange
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

@@ -26,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
+from rewind.core.arrow import kafka_record_schema
+from rewind.core.ranges import OffsetRange
 from rewind.history.exceptions import CoverageError
 from rewind.history.files import ArchiveFile, plan_files
 from rewind.history.schema import TP, open_archive
-from rewind.kafka.ranges import OffsetRange
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,9 +109,8 @@ def sample_ranges(table: Table, snapshot_id: int | None, ranges: Sequence[Offset
     that lies wholly in the archive); None when none are archived."""
     import pyarrow as pa
 
-    from rewind.spark.kafka_fetch import arrow_schema
 
-    schema = arrow_schema(False)
+    schema = kafka_record_schema(False)
     parts = [part for rng in ranges for part in _archive_batches(table, snapshot_id, rng, schema)]
     return pa.concat_tables(parts) if parts else None
 
@@ -231,13 +231,12 @@ def iter_plan(
 ) -> Iterator[pa.Table]:
     """Yield a planned history window in chunks; see the module docstring."""
     from rewind.catalog import load_catalog
-    from rewind.spark.kafka_fetch import arrow_schema
 
     if chunk_rows <= 0:
         raise ValueError("chunk_rows must be positive")
     catalog = catalog or load_catalog(settings)
     table = open_archive(catalog, plan.archive_table)
-    schema = arrow_schema(include_headers)
+    schema = kafka_record_schema(include_headers)
     streams = {
         (p.topic, p.partition): _partition_stream(settings, table, plan, p, schema) for p in plan.partitions
     }

@@ -12,10 +12,10 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rewind.core.ranges import OffsetRange
 from rewind.history.exceptions import CoverageError
 from rewind.history.files import merged_by_partition, plan_files
 from rewind.history.schema import open_archive
-from rewind.kafka.ranges import OffsetRange
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

@@ -24,11 +24,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from rewind.job import faults
-from rewind.translate.columns import RUN_ID, SOURCE_TIMESTAMP
+from rewind import faults
+from rewind.core.arrow import schema_to_b64
+from rewind.core.columns import RUN_ID, SOURCE_TIMESTAMP
+from rewind.sinks.iceberg import FINALIZED_PROPERTY, FOLD_COUNTS_PROPERTY
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FINALIZED_PROPERTY = "rewind.finalized"
-FOLD_COUNTS_PROPERTY = "rewind.fold-counts"
 FOLD_UNIT = "fold"
 """The unit id under which a PostgreSQL sink records the folded rows of a run."""
 PARTS_NAMESPACE = "rewind"
@@ -54,8 +53,12 @@ def needs_finalize(spec: JobSpec) -> bool:
     """A fold is asked for, or a replace-window whose rows may fall outside the replaced window:
     keyed by an output column, or narrower than the source window (``window_from``/``window_to``)."""
     ice = spec.sink.iceberg
-    user_window = ice is not None and ice.mode == "replace-window" and (
-        ice.window_column != SOURCE_TIMESTAMP or ice.window_from is not None or ice.window_to is not None
+    user_window = (
+        ice is not None
+        and ice.mode == "replace-window"
+        and (
+            ice.window_column != SOURCE_TIMESTAMP or ice.window_from is not None or ice.window_to is not None
+        )
     )
     return spec.translate.fold is not None or user_window
 
@@ -73,16 +76,6 @@ def parts_sink(settings: Settings, spec: JobSpec) -> IcebergSink:
     assert spec.sink.postgres is not None
     name = re.sub(r"[^A-Za-z0-9_]", "_", spec.sink.postgres.table)
     return IcebergSink(load_catalog(settings), f"{PARTS_NAMESPACE}.{name}_parts")
-
-
-def replaced_window(spec: JobSpec) -> tuple[datetime, datetime] | None:
-    """The repaired window: the sink's ``window_from``/``window_to``, else the source window."""
-    window = spec.source.window
-    start, end = spec.sink.window_bounds
-    lo, hi = start or window.from_, end or window.to
-    if isinstance(lo, datetime) and isinstance(hi, datetime):
-        return lo, hi
-    return None
 
 
 def _iceberg_finalized(sink: IcebergSink, staging: IcebergStaging, run_id: str) -> dict[str, Any] | None:
@@ -153,7 +146,6 @@ def _fold(
     from rewind.sinks.iceberg import read_iceberg
     from rewind.spark import session
     from rewind.spark.fold_stage import FoldContext, run_fold
-    from rewind.spark.job_stage import schema_to_b64
     from rewind.spark.session import default_parallelism
 
     spec = plan.job_spec()
@@ -166,7 +158,7 @@ def _fold(
         schema_b64=schema_to_b64(plan.output_schema()),
         data_folder=data_folder,
         window_column=column,
-        window=replaced_window(spec) if column else None,
+        window=spec.replaced_window() if column else None,
     )
     rows = read_iceberg(spark, sink.catalog.load_table(staging.table), staging.ref)
     # a task holds all rows of its keys in memory: at most ~FOLD_TASK_ROWS partial rows each

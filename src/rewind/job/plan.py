@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.arrow import schema_from_b64, schema_to_b64
+from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
-from rewind.job.units import WorkUnit
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -78,8 +79,6 @@ class JobPlan:
         return JobSpec.model_validate(self.spec)
 
     def output_schema(self) -> pa.Schema:
-        from rewind.spark.job_stage import schema_from_b64
-
         return schema_from_b64(self.output_schema_b64)
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,7 +206,6 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
             )
         )
         gates.append(_sink_gate(settings, spec, schema))
-    from rewind.spark.job_stage import schema_to_b64
 
     estimates = _estimates(spec, offsets, sample_gate_facts)
     if spec.guards.max_bytes is not None:
@@ -285,7 +283,7 @@ def _history_units(
 
 
 def _load_translator(spec: JobSpec) -> tuple[Any, Gate]:
-    from rewind.job.components import make_translator
+    from rewind.translate.factory import make_translator
 
     if spec.translate.sql:
         return None, Gate("translate", False, "translate.sql is not runnable yet; use translate.function")
@@ -313,7 +311,7 @@ def _sample(
     """
     import pyarrow as pa
 
-    from rewind.kafka.ranges import OffsetRange
+    from rewind.core.ranges import OffsetRange
     from rewind.spark.kafka_fetch import BATCH_MESSAGES, fetch_ranges
 
     firsts: dict[tuple[str, int], WorkUnit] = {}
@@ -351,8 +349,8 @@ def _sample_archive(
 ) -> tuple[Any, dict[str, Any]]:
     """The sample of a window with no Kafka units: read from the archive at the pinned snapshot."""
     from rewind.catalog import load_catalog
+    from rewind.core.ranges import OffsetRange
     from rewind.history.iterate import sample_ranges
-    from rewind.kafka.ranges import OffsetRange
 
     history = read_plan.get("history") or {}
     firsts: dict[tuple[str, int], WorkUnit] = {}
@@ -379,7 +377,7 @@ def _sample_archive(
 def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Schema | None, Gate]:
     import pyarrow as pa
 
-    from rewind.job.components import declared_output_schema, make_decoder, transform_name
+    from rewind.translate.factory import declared_output_schema, make_decoder, transform_name
     from rewind.translate.functions import infer_output_schema
     from rewind.translate.process import ProcessContext, process_batch
 

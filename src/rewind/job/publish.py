@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind import faults
 from rewind.errors import RewindError
-from rewind.job import faults
 
 if TYPE_CHECKING:
     from rewind.config import Settings

@@ -25,6 +25,7 @@ resume RUN`` continues from step 1.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -33,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rewind import faults
+from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
-from rewind.job import faults
-from rewind.job.units import WorkUnit
 from rewind.translate.counts import BatchCounts
 
 if TYPE_CHECKING:
@@ -390,6 +391,7 @@ def _run_wave(
     done_q: set[str],
 ) -> None:
     """Step 5 for one wave: Spark, conservation per unit, quarantine commit, output commit, ledger."""
+    from rewind.history.read import read_ranges_from_archive
     from rewind.ledger.models import UnitResult
     from rewind.sinks.iceberg import COUNTS_PROPERTY
     from rewind.spark import session
@@ -407,13 +409,20 @@ def _run_wave(
         units=tuple(wave),
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
-        archive_table=spec.source.history.archive if spec.source.history is not None else None,
-        archive_snapshot_id=(plan.read_plan.get("history") or {}).get("archive_snapshot_id"),
     )
     spark = session(settings)  # before arming: the kill must land in the job, not in Spark's start
+    read_archive = None
+    if spec.source.history is not None:
+        read_archive = functools.partial(
+            read_ranges_from_archive,
+            spark,
+            settings,
+            spec.source.history.archive,
+            snapshot_id=(plan.read_plan.get("history") or {}).get("archive_snapshot_id"),
+        )
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:
-        outputs = run_wave(spark, ctx, settings)
+        outputs = run_wave(spark, ctx, read_archive)
     except Exception as exc:  # the wave's units are not done: say why in the ledger
         try:
             ledger.fail_units(run_id, [u.id for u in wave], _one_line(exc))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind import faults
 from rewind.errors import RewindError
-from rewind.job import faults
 from rewind.job.plan import JobPlan, PlanRefused, build_plan
 from rewind.job.runner import ProgressHook, RunOutcome, execute, start_run
 

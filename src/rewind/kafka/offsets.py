@@ -76,9 +76,9 @@ from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from rewind.core.ranges import OffsetRange
 from rewind.kafka import clients
 from rewind.kafka.exceptions import PlanError
-from rewind.kafka.ranges import OffsetRange
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer

@@ -39,7 +39,7 @@ def unit_id(topic: str, partition: int, start: int, end: int) -> str:
 
 
 class UnitRange(Protocol):
-    """Anything shaped like :class:`rewind.kafka.ranges.OffsetRange`."""
+    """Anything shaped like :class:`rewind.core.ranges.OffsetRange`."""
 
     @property
     def topic(self) -> str: ...

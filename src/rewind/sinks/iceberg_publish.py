@@ -17,7 +17,7 @@ the swap records the snapshot it was rebased onto, which rollback restores.
 All are idempotent: run again after a crash (kill -9 anywhere), they see that the catalog
 already holds the wanted state (``main`` at the branch head, at a rebase of the branch, or the
 table renamed) and only record it. Every catalog operation sits between the fault points
-``iceberg-<promote|rollback>-before-commit`` and ``-after-commit`` (:mod:`rewind.job.faults`).
+``iceberg-<promote|rollback>-before-commit`` and ``-after-commit`` (:mod:`rewind.faults`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from rewind.job import faults
+from rewind import faults
 from rewind.sinks.base import Swap
-from rewind.sinks.iceberg import UNITS_PROPERTY, IcebergSink, IcebergSinkError, IcebergStaging
+from rewind.sinks.iceberg import (
+    FINALIZED_PROPERTY,
+    UNITS_PROPERTY,
+    IcebergSink,
+    IcebergSinkError,
+    IcebergStaging,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -184,8 +190,6 @@ def _run_files(table: Table, staging: IcebergStaging, head: Snapshot) -> list[Da
     rows, :mod:`rewind.job.finalize`); not the window delete's rewrites of old main's files."""
     from pyiceberg.manifest import ManifestContent
     from pyiceberg.table.snapshots import ancestors_of
-
-    from rewind.job.finalize import FINALIZED_PROPERTY
 
     unit_commits = set()
     for snap in ancestors_of(head, table.metadata):

@@ -33,9 +33,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rewind.translate.columns import (
+from rewind.core.columns import (
     EVENT_ID,
     EXTRACTED_AT,
+    LINEAGE_PREFIX,
     RUN_ID,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
@@ -59,8 +60,6 @@ H_EXTRACTED_AT = "rewind.extracted-at"
 
 HEADER_NAMES = (H_EVENT_ID, H_SOURCE, H_TRANSFORM, H_VERSION, H_RUN_ID, H_SYNTHETIC, H_EXTRACTED_AT)
 """Every lineage header, in the order they are written."""
-
-LINEAGE_PREFIX = "_rewind_"
 
 
 HeaderColumn = tuple[str, Any] | list[tuple[str, Any]]

@@ -64,7 +64,7 @@ bare produce loop of the same records (0.6-0.8 of its rate on the 2-core test ma
 bookkeeping partition is read from its start by prepare, resume, promote and rollback (a
 sink remembers its own commits in between), which stays cheap while it is compacted.
 
-Crash points for fault tests (``REWIND_FAULT``, see :mod:`rewind.job.faults`):
+Crash points for fault tests (``REWIND_FAULT``, see :mod:`rewind.faults`):
 ``kafka-commit-mid-produce`` (after each batch of 20k rows), ``kafka-commit-before-marker``
 (data acknowledged, no marker yet), ``kafka-commit-before-end`` (marker acknowledged, the
 transaction not committed yet); ``kafka-promote-before-commit`` / ``-after-commit`` and
@@ -96,8 +96,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rewind import faults
+from rewind.core.arrow import schema_from_b64, schema_to_b64
 from rewind.errors import RewindError
-from rewind.job import faults
 from rewind.sinks.base import Swap
 
 if TYPE_CHECKING:
@@ -387,7 +388,6 @@ class KafkaTopicSink:
         """
         from rewind.kafka.clients import admin as make_admin
         from rewind.kafka.clients import cluster_metadata
-        from rewind.spark.job_stage import schema_to_b64
 
         topic = self.topic_for(run_id)
         admin = make_admin(self.conf)
@@ -616,7 +616,6 @@ class KafkaTopicSink:
         """
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from rewind.spark.job_stage import schema_from_b64
 
         schema = schema_from_b64(staging.schema_b64)
         starting = json.dumps({staging.topic: {str(p): o for p, o in staging.start_offsets.items()}})
@@ -884,8 +883,6 @@ class _CommitWriter:
     """The producer of one commit and its bookkeeping (see :meth:`KafkaTopicSink.commit`)."""
 
     def __init__(self, sink: KafkaTopicSink, staging: KafkaStaging, run_id: str) -> None:
-        from rewind.spark.job_stage import schema_from_b64
-
         self.sink = sink
         self.staging = staging
         self.run_id = run_id
@@ -1197,7 +1194,6 @@ class _Decode:
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from rewind.sinks.kafka_records import decode_records
-        from rewind.spark.job_stage import schema_from_b64
 
         schema = schema_from_b64(self.schema_b64)
         for batch in batches:

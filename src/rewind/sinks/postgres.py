@@ -39,7 +39,7 @@ Where a run's output goes, and why:
   re-promotion works), refused likewise when the promoted table changed since. Both record
   their state in ``rewind_stagings`` in the same transaction as the renames and are
   idempotent after a crash: a re-run finds the state moved and only reports it. Fault points
-  (:mod:`rewind.job.faults`): ``postgres-<promote|rollback>-before-commit`` (renames done,
+  (:mod:`rewind.faults`): ``postgres-<promote|rollback>-before-commit`` (renames done,
   exclusive locks held, not committed) and ``-after-commit`` (committed, nothing returned yet).
 * **Cleanup** (``rewind cleanup RUN``) drops what is not the live target: the previous
   table of a promoted run (rollback is then impossible), or the staging of a run that is not
@@ -72,8 +72,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from rewind import faults
+from rewind.core.columns import (
+    EVENT_ID,
+    LINEAGE_PREFIX,
+    RUN_ID,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TIMESTAMP,
+)
 from rewind.errors import RewindError
-from rewind.job import faults
 from rewind.secrets import mask_url
 from rewind.sinks.base import Swap
 
@@ -92,11 +100,9 @@ COUNTS_KEY = "rewind.unit-counts"
 STAGINGS_TABLE = "rewind_stagings"
 UNITS_TABLE = "rewind_unit_commits"
 
-EVENT_ID = "_rewind_event_id"
-RUN_COL = "_rewind_run_id"
-ORDER_COLS = ("_rewind_source_timestamp", "_rewind_source_partition", "_rewind_source_offset", EVENT_ID)
+RUN_COL = RUN_ID
+ORDER_COLS = (SOURCE_TIMESTAMP, SOURCE_PARTITION, SOURCE_OFFSET, EVENT_ID)
 """The event order that decides which row of a key wins (greatest wins)."""
-LINEAGE_PREFIX = "_rewind_"
 MAX_IDENT = 63
 CHUNK_ROWS = 65_536
 

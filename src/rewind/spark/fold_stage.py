@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from rewind.errors import RewindError
-from rewind.translate.columns import (
+from rewind.core.arrow import schema_from_b64
+from rewind.core.columns import (
     LINEAGE_COLUMNS,
     RUN_ID,
     SOURCE_OFFSET,
@@ -34,6 +34,7 @@ from rewind.translate.columns import (
     SOURCE_TIMESTAMP,
     SOURCE_TOPIC,
 )
+from rewind.errors import RewindError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -146,7 +147,6 @@ class FoldPartitions:
         import pyarrow.fs as pafs
         import pyarrow.parquet as pq
 
-        from rewind.spark.job_stage import schema_from_b64
         from rewind.translate.functions import load_callable
 
         ctx = self.ctx

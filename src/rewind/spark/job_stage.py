@@ -10,24 +10,27 @@ its files and its counts. Nothing is visible until the driver commits the files
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.arrow import schema_from_b64
+from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
-from rewind.job.units import WorkUnit
 from rewind.spark.kafka_fetch import partitions_in
 from rewind.translate.counts import BatchCounts
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
-    from rewind.config import Settings
+    from rewind.core.ranges import OffsetRange
+
+ArchiveReader = Callable[[list["OffsetRange"]], "DataFrame"]
+"""Reads offset ranges from the lake archive as a DataFrame in Kafka's schema."""
 
 RESULT_SCHEMA = "unit_id string, data_file string, quarantine_file string, counts string"
 
@@ -52,8 +55,6 @@ class StageContext:
     max_records_per_second: float | None = None
     ranges_per_task: int = 4
     rate_limit_id: str = ""
-    archive_table: str | None = None
-    archive_snapshot_id: int | None = None
 
 
 @dataclass
@@ -62,16 +63,6 @@ class UnitOutput:
     data_files: list[str] = field(default_factory=list)
     quarantine_files: list[str] = field(default_factory=list)
     counts: BatchCounts = field(default_factory=BatchCounts)
-
-
-def schema_to_b64(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode()
-
-
-def schema_from_b64(text: str) -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
 class _UnitFiles:
@@ -132,8 +123,8 @@ class ProcessUnits:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from rewind.job.components import make_decoder, make_translator, transform_name
         from rewind.spec import JobSpec
+        from rewind.translate.factory import make_decoder, make_translator, transform_name
         from rewind.translate.process import ProcessContext, process_batch
 
         spec = JobSpec.model_validate_json(self.ctx.spec_json)
@@ -198,9 +189,12 @@ def _result_arrow_schema() -> pa.Schema:
 
 
 def run_wave(
-    spark: SparkSession, ctx: StageContext, settings: Settings | None = None
+    spark: SparkSession, ctx: StageContext, read_archive: ArchiveReader | None = None
 ) -> dict[str, UnitOutput]:
     """Run one wave; every unit of ``ctx`` gets an output (zero counts if it held no record).
+
+    Units whose source is the archive are read by ``read_archive`` (the job layer passes
+    :func:`rewind.history.read_ranges_from_archive` bound to the plan's archive snapshot).
 
     A unit that yields no result row had no records in its range (all gaps): Spark fails
     the whole job if any task fails, so a finished job has read every unit completely.
@@ -219,19 +213,9 @@ def run_wave(
     if archive_units:
         # history below the log start: read from the lake archive in Kafka's schema; an
         # archive unit may be split over several tasks, whose counts add up per unit below
-        from rewind.history import read_ranges_from_archive
-
-        if settings is None or ctx.archive_table is None:
-            raise StageError("archive units need the archive table and the settings")
-        frames.append(
-            read_ranges_from_archive(
-                spark,
-                settings,
-                ctx.archive_table,
-                [u.range for u in archive_units],
-                snapshot_id=ctx.archive_snapshot_id,
-            )
-        )
+        if read_archive is None:
+            raise StageError("archive units need an archive reader (the plan's history source)")
+        frames.append(read_archive([u.range for u in archive_units]))
     if not frames:
         return {u.id: UnitOutput(u.id) for u in ctx.units}
     source = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])

@@ -16,8 +16,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.arrow import kafka_record_schema
+from rewind.core.ranges import OffsetRange
 from rewind.errors import RewindError
-from rewind.kafka.ranges import OffsetRange
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -39,25 +40,6 @@ BATCH_MESSAGES = 20_000
 
 class RangeReadError(RewindError):
     """A planned range could not be read completely."""
-
-
-def arrow_schema(include_headers: bool) -> pa.Schema:
-    """The Arrow form of Spark's Kafka source schema."""
-    import pyarrow as pa
-
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-        fields.append(pa.field("headers", pa.list_(header)))
-    return pa.schema(fields)
 
 
 def fetch_range(
@@ -100,7 +82,7 @@ def fetch_ranges(
 
     from rewind.kafka.clients import private_consumer
 
-    schema = arrow_schema(include_headers)
+    schema = kafka_record_schema(include_headers)
     consumer = private_consumer({**FETCH_DEFAULTS, **conf}, "read", route_logs=False)
     eof_code = KafkaError._PARTITION_EOF
     positions = {(r.topic, r.partition): r.start for r in ranges if r.size > 0}

@@ -5,7 +5,7 @@ connector runs by changing only the format name (see README, "Kafka in Spark").
 
 Planning (which offsets to read) happens on the driver in :meth:`KafkaBatchReader.partitions`
 through :mod:`rewind.kafka.offsets`, which checks every broker answer; tasks then read exactly
-their planned :class:`~rewind.kafka.ranges.OffsetRange` with :func:`~rewind.spark.kafka_fetch.fetch_ranges`.
+their planned :class:`~rewind.core.ranges.OffsetRange` with :func:`~rewind.spark.kafka_fetch.fetch_ranges`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from rewind.kafka.ranges import OffsetRange, group_for_tasks
+from rewind.core.ranges import OffsetRange, group_for_tasks
 from rewind.spark.kafka_fetch import fetch_ranges
 from rewind.spark.kafka_options import client_conf, flag, lower_keys, positive_float, positive_int
 

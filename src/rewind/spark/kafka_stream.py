@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from rewind.core.ranges import OffsetRange, group_for_tasks
 from rewind.errors import RewindError
-from rewind.kafka.ranges import OffsetRange, group_for_tasks
 from rewind.spark.kafka_fetch import fetch_ranges
 from rewind.spark.kafka_options import (
     KafkaOptionError,

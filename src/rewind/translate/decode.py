@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from rewind.translate.columns import (
+from rewind.core.arrow import kafka_record_schema
+from rewind.core.columns import (
     INPUT_COLUMNS,
     RESERVED_PREFIXES,
     ROW,
@@ -97,9 +98,7 @@ class Decoder(ABC):
 
 
 def _empty_kafka_batch() -> pa.RecordBatch:
-    from rewind.spark.kafka_fetch import arrow_schema
-
-    return pa.RecordBatch.from_pylist([], schema=arrow_schema(False))
+    return pa.RecordBatch.from_pylist([], schema=kafka_record_schema(False))
 
 
 def as_batch(data: pa.RecordBatch | pa.Table) -> pa.RecordBatch:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from rewind.translate.columns import INPUT_COLUMNS, ROW, ROW_INDEX, user_columns
+from rewind.core.columns import INPUT_COLUMNS, ROW, ROW_INDEX
+from rewind.translate.columns import user_columns
 from rewind.translate.exceptions import OutputSchemaUnknown, TranslateLoadError, TranslateOutputError
 from rewind.translate.failures import Failure
 

@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rewind.translate.columns import (
+from rewind.core.columns import (
     EVENT_ID,
     EXTRACTED_AT,
     LINEAGE_COLUMNS,

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from rewind.translate.columns import ROW, user_columns
+from rewind.core.columns import ROW
+from rewind.translate.columns import user_columns
 from rewind.translate.counts import BatchCounts, add_reasons
 from rewind.translate.decode import Decoder, as_batch
 from rewind.translate.exceptions import ConservationError, TranslateOutputError

@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from rewind.core.columns import EVENT_ID, LINEAGE_PREFIX, SOURCE_TIMESTAMP
 from rewind.spec import Tolerance, Verify
 from rewind.verify.exceptions import VerifyError
 
-LINEAGE_PREFIX = "_rewind_"
-LINEAGE_TIME = "_rewind_source_timestamp"
-EVENT_ID = "_rewind_event_id"
+LINEAGE_TIME = SOURCE_TIMESTAMP
 
 # microseconds per unit of a timestamp precision
 PRECISION_US: dict[str, int] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rewind.kafka.ranges import OffsetRange
+from rewind.core.ranges import OffsetRange
 
 
 @dataclass(frozen=True, order=True)

@@ -1,0 +1,66 @@
+"""The translate's runtime parts from a spec: decoder, translator function, output schema.
+
+Also called inside Spark tasks (from the spec's JSON), so it is cheap and never touches Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from rewind.core.datatypes import arrow_type
+from rewind.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rewind.spec import Decode, Translate
+    from rewind.translate.decode import Decoder
+
+
+def make_decoder(decode: Decode) -> Decoder:
+    from rewind.translate.decode import (
+        AvroDecoder,
+        JsonDecoder,
+        LocalSchemaSource,
+        RawDecoder,
+        RegistrySchemaSource,
+    )
+
+    if decode.format == "json":
+        return JsonDecoder(decode.schema_, cast(Any, decode.null_value or "quarantine"))
+    if decode.format == "raw":
+        return RawDecoder()
+    if decode.schema_dir:
+        reader = decode.reader_schema if decode.reader_schema not in (None, "latest") else None
+        source: Any = LocalSchemaSource(decode.schema_dir, reader)
+    elif decode.registry_url:
+        source = RegistrySchemaSource(decode.registry_url, subject=decode.subject)
+    else:
+        raise ConfigError("decode: avro needs registry_url or schema_dir")
+    return AvroDecoder(source, null_value=cast(Any, decode.null_value or "quarantine"))
+
+
+def make_translator(translate: Translate) -> Callable[..., Any] | None:
+    """The user's function (None for SQL translates, which run as Spark SQL)."""
+    from rewind.translate.functions import load_callable
+
+    if translate.function:
+        return load_callable(translate.function)
+    return None
+
+
+def transform_name(translate: Translate) -> str:
+    if translate.name:
+        return translate.name
+    if translate.function:
+        return translate.function.rsplit(":", 1)[-1]
+    return "sql"
+
+
+def declared_output_schema(translate: Translate) -> pa.Schema | None:
+    import pyarrow as pa
+
+    if not translate.output_schema:
+        return None
+    return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in translate.output_schema.items()])

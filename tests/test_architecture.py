@@ -1,0 +1,129 @@
+"""The shape of the house: imports flow one way, and no source file grows into a god file.
+
+Read over the AST of ``src/rewind`` (nothing is imported), so the check also sees imports
+inside functions and under ``TYPE_CHECKING``: a lazy import is still a dependency.
+docs/architecture.md explains the layers.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "secrets", "faults"),
+    ("core", "logs", "javacheck"),
+    ("config",),
+    ("catalog", "kafka"),
+    ("spec", "ledger"),
+    ("translate",),
+    ("spark",),
+    ("history",),
+    ("sinks",),
+    ("job",),
+    ("verify", "doctor", "embedded"),
+    ("console", "progress", "output"),
+    ("demo",),
+    ("cli",),
+)
+"""Bottom first. A module may import its own package and packages of lower layers only."""
+
+RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # module that imports, e.g. rewind.sinks.iceberg
+    target: str  # module imported, e.g. rewind.job.faults
+    line: int
+    lazy: bool
+
+    def where(self) -> str:
+        kind = "inside a function or TYPE_CHECKING" if self.lazy else "at module level"
+        return f"{self.source}:{self.line} imports {self.target} ({kind})"
+
+
+def module_name(path: Path, root: Path = SRC) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, root: Path = SRC) -> list[Import]:
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[Import] = []
+
+    def visit(node: ast.AST, lazy: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.If)
+            if isinstance(child, ast.Import):
+                found.extend(Import(name, a.name, child.lineno, lazy) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:  # relative: resolve against the importing package
+                    base = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                    target = ".".join([*base, *([child.module] if child.module else [])])
+                else:
+                    target = child.module or ""
+                for alias in child.names:  # `from rewind import faults` imports rewind.faults
+                    sub = f"{target}.{alias.name}"
+                    path = root / sub.replace(".", "/")
+                    is_module = path.with_suffix(".py").exists() or path.is_dir()
+                    found.append(Import(name, sub if is_module else target, child.lineno, lazy))
+            visit(child, inner)
+
+    visit(tree, False)
+    return [i for i in found if i.target == "rewind" or i.target.startswith("rewind.")]
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def all_imports() -> list[Import]:
+    return [i for path in sorted((SRC / "rewind").rglob("*.py")) for i in imports_of(path)]
+
+
+def upward(imports: list[Import]) -> list[str]:
+    """Every import of a package in the same or a higher layer than the importer's."""
+    bad = []
+    for imp in imports:
+        src, dst = package_of(imp.source), package_of(imp.target)
+        if src == dst:
+            continue
+        if dst == "":
+            bad.append(f"{imp.where()}: import from the package's own module instead of `rewind`")
+        elif RANK[dst] >= RANK[src]:
+            bad.append(f"{imp.where()}: layer {LAYERS[RANK[src]]} may not import layer {LAYERS[RANK[dst]]}")
+    return bad
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {package_of(module_name(p)) for p in (SRC / "rewind").rglob("*.py")} - {""}
+    assert not packages - set(RANK), f"add these packages to LAYERS: {sorted(packages - set(RANK))}"
+
+
+def test_imports_flow_one_way() -> None:
+    bad = upward(all_imports())
+    why = "imports that run upward (move the shared part down, see docs/architecture.md)"
+    assert not bad, why + ":\n" + "\n".join(bad)
+
+
+def test_the_check_sees_upward_imports_even_when_lazy(tmp_path: Path) -> None:
+    """The checker itself: an upward import inside a function, a relative one, and one under
+    TYPE_CHECKING are all reported; a downward one is not."""
+    pkg = tmp_path / "rewind"
+    (pkg / "sinks").mkdir(parents=True)
+    (pkg / "sinks" / "x.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from rewind.core.ranges import OffsetRange\n"
+        "if TYPE_CHECKING:\n    from rewind.verify import report\n"
+        "def f():\n    from ..job import faults\n"
+    )
+    bad = upward(imports_of(pkg / "sinks" / "x.py", root=tmp_path))
+    assert [b.split(":")[1].split(" ")[0] for b in bad] == ["4", "6"]
+    assert "rewind.job" in bad[1] and "inside a function" in bad[1]
