@@ -14,9 +14,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rewind.core.windows import EARLIEST, LATEST, BoundSpec, Timestamp, WindowRequest
 from rewind.history import spans
 from rewind.history.plan import HistoryPlan, _plan_partition
-from rewind.kafka.offsets import EARLIEST, LATEST, BoundSpec, PartitionPlan, Timestamp, WindowRequest
+from rewind.kafka.offsets import PartitionPlan
 
 T = "orders"
 

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from rewind.config import Settings, load_settings
 from rewind.core.ranges import OffsetRange
+from rewind.core.windows import BoundSpec, Timestamp, WindowRequest
 from rewind.history.archive import archive_once
 from rewind.history.exceptions import HistoryGapError
 from rewind.history.files import plan_files
@@ -33,7 +34,6 @@ from rewind.history.iterate import iter_history
 from rewind.history.plan import plan_history
 from rewind.history.read import read_history, read_ranges_from_archive
 from rewind.history.schema import archive_state, open_archive
-from rewind.kafka.offsets import BoundSpec, Timestamp, WindowRequest
 from tests.kafka_util import create_topic
 
 BASE_TS = 1_760_000_000_000

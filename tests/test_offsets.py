@@ -22,22 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rewind.core.ranges import OffsetRange
+from rewind.core.windows import EARLIEST, LATEST, BoundSpec, Timestamp, WindowRequest
+from rewind.errors import PlanError
 from rewind.kafka import clients
-from rewind.kafka.offsets import (
-    EARLIEST,
-    LATEST,
-    BoundSpec,
-    PartitionPlan,
-    PlanError,
-    ReadPlan,
-    Timestamp,
-    WindowRequest,
-    _Read,
-    _Rec,
-    _time_job,
-    parse_spark_options,
-    resolve,
-)
+from rewind.kafka.offsets import PartitionPlan, ReadPlan, _Read, _Rec, _time_job, parse_spark_options, resolve
 
 try:  # tests/ may or may not be a package
     from tests.conftest import broker_is_embedded

@@ -21,8 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
+from rewind.core.windows import EARLIEST, LATEST, BoundSpec, Timestamp, WindowRequest
 from rewind.errors import RewindError, SpecError
-from rewind.kafka.offsets import EARLIEST, LATEST, BoundSpec, Timestamp, WindowRequest, parse_spark_options
+from rewind.kafka.offsets import parse_spark_options
 from rewind.spec import (
     EXAMPLE_SPEC,
     Decode,

@@ -42,3 +42,23 @@ class SpecError(RewindError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         self.field = field
         super().__init__(message)
+
+
+class PlanError(RewindError):
+    """A read window cannot be planned: bad options, unknown topics, impossible bounds.
+
+    The message is one line naming the option, topic or partition and what is allowed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        option: str | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+    ) -> None:
+        self.option = option
+        self.topic = topic
+        self.partition = partition
+        super().__init__(message)

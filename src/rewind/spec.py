@@ -64,8 +64,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from rewind.core.columns import SOURCE_TIMESTAMP
+from rewind.core.windows import EARLIEST, LATEST, Bound, BoundSpec, Timestamp, WindowRequest
 from rewind.errors import SpecError
-from rewind.kafka.offsets import EARLIEST, LATEST, Bound, BoundSpec, Timestamp, WindowRequest
 from rewind.secrets import mask
 
 __all__ = [

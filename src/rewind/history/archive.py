@@ -183,7 +183,8 @@ def plan_pass(
     ``max_offsets`` caps the offsets of the pass (shared over partitions in order), for
     passes of bounded size; the next pass continues where this one stops.
     """
-    from rewind.kafka.offsets import BoundSpec, WindowRequest, resolve
+    from rewind.core.windows import BoundSpec, WindowRequest
+    from rewind.kafka.offsets import resolve
 
     if not topics:
         raise HistoryError("name at least one topic to archive")

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from rewind.config import Settings
+    from rewind.core.windows import WindowRequest
     from rewind.history.plan import HistoryPlan, PartitionHistory, Prefer
-    from rewind.kafka.offsets import WindowRequest
 
 Order = Literal["offset", "event_time"]
 _READ_BATCH = 65_536

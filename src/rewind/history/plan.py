@@ -53,10 +53,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from rewind.core.ranges import OffsetRange
+from rewind.core.windows import EARLIEST, LATEST, Timestamp, WindowRequest
 from rewind.history import spans
 from rewind.history.exceptions import HistoryGapError
 from rewind.history.schema import TP, archive_state, open_archive, recorded_gaps
-from rewind.kafka.offsets import EARLIEST, LATEST, Timestamp, WindowRequest
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from rewind.config import Settings
+    from rewind.core.windows import WindowRequest
     from rewind.history.plan import HistoryPlan, Prefer
-    from rewind.kafka.offsets import WindowRequest
 
 VIEW = "history"
 

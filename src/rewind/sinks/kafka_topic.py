@@ -1287,7 +1287,8 @@ def _watermarks(
     conf: dict[str, Any], topic: str, partitions: tuple[int, ...] | None = None
 ) -> dict[int, tuple[int, int]]:
     """(low, true high) watermarks; the high one from a fetch (ListOffsets ``latest`` is a hint)."""
-    from rewind.kafka.offsets import WindowRequest, resolve
+    from rewind.core.windows import WindowRequest
+    from rewind.kafka.offsets import resolve
 
     request = (
         WindowRequest(assign=tuple((topic, p) for p in partitions))
