@@ -90,7 +90,7 @@ def bare_loop(conf: dict[str, Any], topic: str, files: list[str], schema: Any, k
     import pyarrow.parquet as pq
     from confluent_kafka import Producer
 
-    from rewind.sinks.kafka_records import RecordEncoder
+    from rewind.sinks.kafka.records import RecordEncoder
 
     producer = Producer(
         {
@@ -148,7 +148,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from rewind.sinks.files import write_parquet
-    from rewind.sinks.kafka_topic import KafkaTopicSink
+    from rewind.sinks.kafka.sink import KafkaTopicSink
 
     n = args.rows
     with broker() as bootstrap:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from rewind.core.windows import EARLIEST, LATEST, BoundSpec, Timestamp, WindowRequest
 from rewind.history import spans
 from rewind.history.plan import HistoryPlan, _plan_partition
-from rewind.kafka.offsets import PartitionPlan
+from rewind.kafka.read_plan import PartitionPlan
 
 T = "orders"
 

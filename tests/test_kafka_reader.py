@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rewind.kafka.capabilities import probe_capabilities
-from rewind.kafka.offsets import parse_spark_options, resolve
+from rewind.kafka.resolve import resolve
+from rewind.kafka.spark_options import parse_spark_options
 from tests.conftest import broker_is_embedded
 from tests.kafka_util import committed, create_topic, produce
 

@@ -25,7 +25,10 @@ from rewind.core.ranges import OffsetRange
 from rewind.core.windows import EARLIEST, LATEST, BoundSpec, Timestamp, WindowRequest
 from rewind.errors import PlanError
 from rewind.kafka import clients
-from rewind.kafka.offsets import PartitionPlan, ReadPlan, _Read, _Rec, _time_job, parse_spark_options, resolve
+from rewind.kafka.probes import ProbeRead, ProbeRecord, time_job
+from rewind.kafka.read_plan import PartitionPlan, ReadPlan
+from rewind.kafka.resolve import resolve
+from rewind.kafka.spark_options import parse_spark_options
 
 try:  # tests/ may or may not be a package
     from tests.conftest import broker_is_embedded
@@ -530,16 +533,16 @@ def run_time_job(
     log: Sequence[tuple[int, int]], ts: int, listed: int, low: int, high: int
 ) -> tuple[int, str, tuple[str, ...]]:
     """Answer the job's reads from ``log`` ((offset, timestamp) with gaps) like a fetch would."""
-    job = _time_job(("t", 0), "startingTimestamp", ts, listed, low, high)
+    job = time_job(("t", 0), "startingTimestamp", ts, listed, low, high)
     records = None
     try:
         while True:
-            read: _Read = job.send(records) if records is not None else next(job)
+            read: ProbeRead = job.send(records) if records is not None else next(job)
             assert low <= read.start <= high
             records = []
             for off, t in log:
                 if read.start <= off < high:
-                    records.append(_Rec(off, t))
+                    records.append(ProbeRecord(off, t))
                     if off >= read.until:
                         break
     except StopIteration as stop:

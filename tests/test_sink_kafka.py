@@ -40,8 +40,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from rewind.config import load_settings
 from rewind.sinks.files import write_parquet
-from rewind.sinks.kafka_records import HEADER_NAMES, RecordEncoder, decode_records
-from rewind.sinks.kafka_topic import BOOKKEEPING_TOPIC, KafkaSinkError, KafkaStaging, KafkaTopicSink
+from rewind.sinks.kafka.bookkeeping import BOOKKEEPING_TOPIC, KafkaStaging
+from rewind.sinks.kafka.exceptions import KafkaSinkError
+from rewind.sinks.kafka.records import HEADER_NAMES, RecordEncoder, decode_records
+from rewind.sinks.kafka.sink import KafkaTopicSink
 from rewind.translate.lineage import LINEAGE_SCHEMA, event_id
 from tests.conftest import broker_is_embedded
 from tests.kafka_util import create_topic, produce
@@ -373,7 +375,8 @@ KILLED_ROWS_PER_UNIT = 12_000  # a file is read in batches of 20k rows: one batc
 
 _COMMIT_SCRIPT = """
 import json, sys
-from rewind.sinks.kafka_topic import KafkaStaging, KafkaTopicSink
+from rewind.sinks.kafka.bookkeeping import KafkaStaging
+from rewind.sinks.kafka.sink import KafkaTopicSink
 args = json.loads(sys.argv[1])
 sink = KafkaTopicSink(
     args["conf"], source_topics=[args["src"]], key=["order_id"], spool_dir=args["spool"],

@@ -29,14 +29,9 @@ import pytest
 
 from rewind.config import Settings, load_settings
 from rewind.sinks.files import write_parquet
-from rewind.sinks.kafka_topic import (
-    KafkaStaging,
-    KafkaTopicSink,
-    _high_watermarks,
-    _read_log,
-    _watermarks,
-    bookkeeping_partition,
-)
+from rewind.sinks.kafka.bookkeeping import KafkaStaging, bookkeeping_partition, read_log
+from rewind.sinks.kafka.sink import KafkaTopicSink
+from rewind.sinks.kafka.topics import high_watermarks, partition_watermarks
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
 from tests.test_sink_kafka import SCHEMA, output_rows
@@ -74,18 +69,18 @@ class Run:
         """The states of every ``<run>/publication`` record in ``rewind.commits``, in log order."""
         conf = self.settings.kafka_config()
         topic = self.staging.bookkeeping
-        marks = _watermarks(conf, topic, partitions=(bookkeeping_partition(self.run_id),))
+        marks = partition_watermarks(conf, topic, partitions=(bookkeeping_partition(self.run_id),))
         lows = {p: low for p, (low, _high) in marks.items()}
         highs = {p: high for p, (_low, high) in marks.items()}
         key = f"{self.run_id}/publication".encode()
         return [
             json.loads(msg.value() or b"")["state"]
-            for msg in _read_log(conf, topic, lows, highs)
+            for msg in read_log(conf, topic, lows, highs)
             if msg.key() == key and msg.value() is not None
         ]
 
     def topic_ends(self) -> dict[int, int]:
-        return _high_watermarks(self.settings.kafka_config(), self.staging.topic)
+        return high_watermarks(self.settings.kafka_config(), self.staging.topic)
 
     def publish_log(self) -> tuple[str, list[str]]:
         """The run state and its promote/rollback audit entries, oldest first."""

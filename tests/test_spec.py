@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from rewind.core.windows import EARLIEST, LATEST, BoundSpec, Timestamp, WindowRequest
 from rewind.errors import RewindError, SpecError
-from rewind.kafka.offsets import parse_spark_options
+from rewind.kafka.spark_options import parse_spark_options
 from rewind.spec import (
     EXAMPLE_SPEC,
     Decode,

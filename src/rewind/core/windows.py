@@ -1,7 +1,7 @@
 """Read windows as asked for: bounds per partition (offsets, times, earliest, latest).
 
 A leaf shared by the spec (which builds a :class:`WindowRequest` from YAML), the Kafka
-resolver (:func:`rewind.kafka.offsets.resolve`, which turns it into exact ranges) and the
+resolver (:func:`rewind.kafka.resolve.resolve`, which turns it into exact ranges) and the
 history planner. Construction checks what can be checked without a broker.
 """
 

@@ -2,7 +2,7 @@
 
 A pass copies, per partition, the offsets ``[hw, high)`` where ``hw`` is the archived
 high-water recorded in the table and ``high`` the log's true end (from a fetch response, see
-:mod:`rewind.kafka.offsets`). The table is the only durable position: the new high-water is
+:mod:`rewind.kafka.resolve`). The table is the only durable position: the new high-water is
 written in the snapshot summary of the same Iceberg commit as the data, so a process killed
 at any point either committed both or neither, and the next pass starts where the last
 commit ended. See :mod:`rewind.history.schema` for the table and its properties.
@@ -11,7 +11,7 @@ A pass, in order (:func:`archive_once`):
 
 1. open (or create) the table and read its state: the high-water and start of every
    partition from the newest archive commit, and the current snapshot id;
-2. resolve ``[hw, high)`` per partition with :func:`rewind.kafka.offsets.resolve` (a new
+2. resolve ``[hw, high)`` per partition with :func:`rewind.kafka.resolve.resolve` (a new
    partition starts at its log start); a high-water below the log start is data lost before
    it was archived: an error, or with ``allow_loss`` a ``lost`` range recorded and skipped;
    a high-water above the log end (topic recreated) is always an error;
@@ -184,7 +184,7 @@ def plan_pass(
     passes of bounded size; the next pass continues where this one stops.
     """
     from rewind.core.windows import BoundSpec, WindowRequest
-    from rewind.kafka.offsets import resolve
+    from rewind.kafka.resolve import resolve
 
     if not topics:
         raise HistoryError("name at least one topic to archive")

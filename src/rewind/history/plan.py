@@ -18,7 +18,7 @@ high-water when the archive covers the log start: a backfill then reads most of 
 from the lake (faster, and no load on the brokers) and only the tail from Kafka.
 
 Windows in time resolve over both sources consistently, as "the first offset whose
-timestamp is >= T" over the whole log: Kafka's part by :func:`rewind.kafka.offsets.resolve`
+timestamp is >= T" over the whole log: Kafka's part by :func:`rewind.kafka.resolve.resolve`
 (which checks the broker's answer); when that answer is the log start itself, the window may
 begin earlier, in the archive, and the first archived offset at or after T below the log
 start (from the ``timestamp`` column, files pruned by the ``day(timestamp)`` partitions and
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from rewind.config import Settings
-    from rewind.kafka.offsets import PartitionPlan
+    from rewind.kafka.read_plan import PartitionPlan
 
 GapKind = Literal["skipped", "lost"]
 Prefer = Literal["kafka", "archive"]
@@ -346,7 +346,7 @@ def plan_history(
     :class:`HistoryGapError` naming every lost range unless ``allow_gaps``.
     """
     from rewind.catalog import load_catalog
-    from rewind.kafka.offsets import resolve
+    from rewind.kafka.resolve import resolve
 
     if not topics:
         raise HistoryGapError("name at least one topic for the history source")

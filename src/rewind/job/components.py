@@ -30,7 +30,7 @@ def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
 
         return PostgresSink.from_spec(settings, spec)
     if spec.sink.kafka is not None:
-        from rewind.sinks.kafka_topic import KafkaTopicSink
+        from rewind.sinks.kafka.sink import KafkaTopicSink
 
         return KafkaTopicSink.from_spec(settings, spec)
     raise ConfigError(f"sink.{spec.sink.kind}: no such sink")

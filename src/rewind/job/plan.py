@@ -2,7 +2,7 @@
 
 Nothing is written anywhere but the ledger's plan table. Steps, in order:
 
-1. resolve the window into per-partition ranges (:func:`rewind.kafka.offsets.resolve`, which
+1. resolve the window into per-partition ranges (:func:`rewind.kafka.resolve.resolve`, which
    checks every broker answer) and cut them into work units of ``run.work_unit_records``;
 2. read a small sample (the first records of up to 8 units) with a bare consumer: it
    measures the read rate and record size, and runs decode and translate on real data
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from rewind.config import Settings
-    from rewind.kafka.offsets import ReadPlan
+    from rewind.kafka.read_plan import ReadPlan
     from rewind.spec import JobSpec
 
 SAMPLE_RECORDS = 20_000
@@ -154,7 +154,7 @@ def _pinned(read_plan: dict[str, Any]) -> str:
 
 def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
     """Resolve, sample, learn the schema and check the gates. Changes nothing anywhere."""
-    from rewind.kafka.offsets import resolve
+    from rewind.kafka.resolve import resolve
 
     conf = settings.kafka_config()
     gates: list[Gate] = []

@@ -4,7 +4,7 @@ Options and columns follow Spark's own Kafka source, so a job written for Spark'
 connector runs by changing only the format name (see README, "Kafka in Spark").
 
 Planning (which offsets to read) happens on the driver in :meth:`KafkaBatchReader.partitions`
-through :mod:`rewind.kafka.offsets`, which checks every broker answer; tasks then read exactly
+through :mod:`rewind.kafka.resolve`, which checks every broker answer; tasks then read exactly
 their planned :class:`~rewind.core.ranges.OffsetRange` with :func:`~rewind.spark.kafka_fetch.fetch_ranges`.
 """
 
@@ -40,7 +40,7 @@ from rewind.spark.kafka_options import client_conf, flag, lower_keys, positive_f
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from rewind.kafka.offsets import ReadPlan
+    from rewind.kafka.read_plan import ReadPlan
     from rewind.spark.ratelimit import Pacer
 
 
@@ -111,7 +111,9 @@ class KafkaBatchReader(DataSourceReader):
         self.rate_limit_dir = lower_keys(options).get("ratelimitdir")
 
     def _plan(self) -> ReadPlan:
-        from rewind.kafka.offsets import ReadPlan, parse_spark_options, resolve
+        from rewind.kafka.read_plan import ReadPlan
+        from rewind.kafka.resolve import resolve
+        from rewind.kafka.spark_options import parse_spark_options
 
         given = lower_keys(self.options).get("plan")
         if given:

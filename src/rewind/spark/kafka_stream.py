@@ -136,7 +136,8 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         A starting offset named explicitly below the first offset still in Kafka is data loss.
         """
-        from rewind.kafka.offsets import parse_spark_options, resolve
+        from rewind.kafka.resolve import resolve
+        from rewind.kafka.spark_options import parse_spark_options
 
         batch_only = {n.lower() for n in _BATCH_ONLY_OPTIONS}
         opts = {k: v for k, v in self.options.items() if k.lower() not in batch_only}

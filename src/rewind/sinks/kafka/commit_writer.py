@@ -1,0 +1,340 @@
+"""One commit of the Kafka topic sink: produce a wave's Parquet files and its marker.
+
+The order of the steps and why they make the topic exactly-once per unit is in
+:mod:`rewind.sinks.kafka.sink`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from rewind import faults
+from rewind.core.arrow import schema_from_b64
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from confluent_kafka import KafkaError, Message, Producer
+
+    from rewind.sinks.kafka.records import EncodedBatch
+from rewind.sinks.kafka.bookkeeping import (
+    TXN_CALL_TIMEOUT_S,
+    KafkaStaging,
+    bookkeeping_partition,
+    read_log,
+    short_error,
+    transactional_id,
+)
+from rewind.sinks.kafka.exceptions import KafkaSinkError
+
+if TYPE_CHECKING:  # the sink builds the writer: a runtime import would be a cycle
+    from rewind.sinks.kafka.sink import KafkaTopicSink
+
+log = logging.getLogger(__name__)
+
+
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "linger.ms": 20,
+    "compression.type": "lz4",
+    "queue.buffering.max.messages": 500_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "partitioner": "murmur2_random",
+    "delivery.report.only.error": True,
+    "transaction.timeout.ms": 600_000,
+}
+"""The commit producer's settings; any ``kafka.properties`` of the settings override them."""
+_BATCH_ROWS = 20_000
+class CommitWriter:
+    """The producer of one commit and its bookkeeping (see :meth:`KafkaTopicSink.commit`)."""
+
+    def __init__(self, sink: KafkaTopicSink, staging: KafkaStaging, run_id: str) -> None:
+        self.sink = sink
+        self.staging = staging
+        self.run_id = run_id
+        self.schema = schema_from_b64(staging.schema_b64)
+        self.producer: Producer | None = None
+        self.in_transaction = False
+        self.failures: list[KafkaError] = []
+        self.failed = 0
+        self.fatal: KafkaError | None = None
+
+    @property
+    def transactional_id(self) -> str:
+        return transactional_id(self.run_id)
+
+    def open(self) -> None:
+        from rewind.kafka.clients import producer as make_producer
+
+        conf: dict[str, Any] = {
+            **PRODUCER_DEFAULTS,
+            **self.sink.conf,
+            "on_delivery": self._on_delivery,
+            "error_cb": self._on_error,
+        }
+        if self.staging.transactional:
+            conf["transactional.id"] = self.transactional_id
+        else:
+            conf.pop("transaction.timeout.ms", None)
+        self.producer = make_producer(conf)
+        if self.staging.transactional:
+            self._step("init_transactions", lambda p: p.init_transactions(TXN_CALL_TIMEOUT_S))
+
+    def begin(self) -> None:
+        if self.staging.transactional:
+            self._step("begin_transaction", lambda p: p.begin_transaction())
+            self.in_transaction = True
+
+    def commit(self) -> None:
+        if self.in_transaction:
+            self._step("commit_transaction", lambda p: p.commit_transaction(TXN_CALL_TIMEOUT_S))
+            self.in_transaction = False
+
+    def abort(self) -> None:
+        producer = self.producer
+        if producer is None:
+            return
+        try:
+            producer.purge()
+            producer.poll(0)
+            if self.in_transaction:
+                producer.abort_transaction(TXN_CALL_TIMEOUT_S)
+                self.in_transaction = False
+        except Exception as exc:  # the original error matters more; init_transactions cleans up later
+            log.warning("could not abort transaction %s: %s", self.transactional_id, short_error(exc))
+
+    def close(self) -> None:
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            producer.flush(0)
+            with contextlib.suppress(Exception):
+                producer.close()
+
+    def _step(self, name: str, call: Callable[[Producer], None]) -> None:
+        from confluent_kafka import KafkaException
+
+        assert self.producer is not None
+        try:
+            call(self.producer)
+        except KafkaException as exc:
+            raise KafkaSinkError(
+                f"{name} failed for transactional id {self.transactional_id}: {exc.args[0].str()}"
+            ) from exc
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.failed += 1
+            if len(self.failures) < 3:
+                self.failures.append(err)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self.fatal = err
+        else:
+            log.debug("commit producer: %s", err.str())
+
+    def raise_failures(self) -> None:
+        if self.fatal is not None:
+            raise KafkaSinkError(f"the Kafka producer failed: {self.fatal.str()} ({self.fatal.name()})")
+        if self.failures:
+            err = self.failures[0]
+            raise KafkaSinkError(
+                f"Kafka refused {self.failed} record(s) for {self.staging.topic}; "
+                f"first: {err.str()} ({err.name()})"
+            )
+
+    def _when_full(self, topic: str, value: Any, key: Any, partition: int, **kwargs: Any) -> None:
+        assert self.producer is not None
+        while True:
+            self.producer.poll(0.05)
+            self.raise_failures()
+            try:
+                self.producer.produce(topic, value, key, partition, **kwargs)
+                return
+            except BufferError:
+                continue
+
+    def produce_files(self, files: list[str], skipped_units: list[str], present: set[str]) -> tuple[int, int]:
+        """Produce every row not of ``skipped_units`` and not ``present``; (rows, produced)."""
+        from confluent_kafka import KafkaException
+
+        from rewind.sinks.kafka.records import RecordEncoder
+
+        assert self.producer is not None
+        producer = self.producer
+        encoder = RecordEncoder(self.schema, self.sink.key)
+        same = self.staging.same_partition_topics
+        rows = produced = 0
+        for path in sorted(files, key=_source_order):
+            for batch in _batches(path, self.schema):
+                mask = _outside_units(batch, skipped_units)
+                if mask is not None:
+                    batch = batch.filter(mask)
+                if batch.num_rows == 0:
+                    continue
+                with _gc_paused():
+                    encoded = encoder.encode(batch)
+                    partitions = _target_partitions(batch, encoded, same)
+                    keep = [e not in present for e in encoded.event_ids] if present else None
+                    try:
+                        produced += encoder.produce(
+                            encoded, producer.produce, self._when_full, self.staging.topic, partitions, keep
+                        )
+                    except KafkaException as exc:  # refused before sending: too large, unknown partition
+                        raise KafkaSinkError(
+                            f"Kafka refused a record of {path} for {self.staging.topic}: {short_error(exc)}"
+                        ) from exc
+                    del encoded
+                rows += batch.num_rows
+                producer.poll(0)
+                self.raise_failures()
+                faults.point("kafka-commit-mid-produce")
+        return rows, produced
+
+    def produce_marker(self, key: str, marker: dict[str, Any]) -> None:
+        assert self.producer is not None
+        self.producer.produce(
+            self.staging.bookkeeping,
+            json.dumps(marker, sort_keys=True).encode(),
+            key.encode(),
+            partition=bookkeeping_partition(self.run_id),
+        )
+
+    def flush(self) -> None:
+        assert self.producer is not None
+        while len(self.producer) > 0:
+            self.producer.flush(1.0)
+            self.raise_failures()
+        self.raise_failures()
+def _target_partitions(batch: pa.RecordBatch, encoded: EncodedBatch, same: frozenset[str]) -> list[int]:
+    """The source partition for rows of a topic with as many partitions; -1 (by key) otherwise."""
+    import pyarrow.compute as pc
+
+    topics = set(pc.unique(batch.column("_rewind_source_topic")).to_pylist())
+    if topics <= same:
+        return encoded.source_partitions
+    if not topics & same:
+        return [-1] * len(encoded)
+    return [
+        p if t in same else -1 for t, p in zip(encoded.source_topics, encoded.source_partitions, strict=True)
+    ]
+def event_ids_in(
+    conf: dict[str, Any], topic: str, run_id: str, starts: dict[int, int], ends: dict[int, int]
+) -> set[str]:
+    """Event ids of ``run_id``'s records in the given ranges of the topic."""
+    from rewind.sinks.kafka.records import H_EVENT_ID, H_RUN_ID
+
+    wanted = run_id.encode()
+    found: set[str] = set()
+    begin = {p: min(starts.get(p, 0), ends[p]) for p in ends}
+    for msg in read_log(conf, topic, begin, ends):
+        run: Any = None
+        eid: Any = None
+        for header in msg.headers() or ():
+            if header[0] == H_RUN_ID:
+                run = header[1]
+            elif header[0] == H_EVENT_ID:
+                eid = header[1]
+        if run == wanted and eid is not None:
+            found.add(eid.decode() if isinstance(eid, bytes) else str(eid))
+    if found:
+        log.info("%d records of run %s are already in %s (an interrupted commit)", len(found), run_id, topic)
+    return found
+class DecodeRecords:
+    """The ``mapInArrow`` function of :meth:`KafkaTopicSink.read` (plain data: it is pickled)."""
+
+    def __init__(self, schema_b64: str, run_id: str) -> None:
+        self.schema_b64 = schema_b64
+        self.run_id = run_id
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from rewind.sinks.kafka.records import decode_records
+
+        schema = schema_from_b64(self.schema_b64)
+        for batch in batches:
+            yield decode_records(batch, schema, self.run_id)
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: the produce loop allocates millions of header lists
+    that are freed by reference counting anyway, and collections over them cost about a third
+    of the loop (measured)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+def _batches(path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    fs, inner = pafs.FileSystem.from_uri(path)
+    with fs.open_input_file(inner) as handle:
+        for batch in pq.ParquetFile(handle).iter_batches(batch_size=_BATCH_ROWS):
+            yield batch.select(schema.names).cast(schema) if batch.schema != schema else batch
+def _source_order(path: str) -> tuple[str, int, int]:
+    """(topic, partition, first offset) of a unit's file, from the Parquet statistics."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    fs, inner = pafs.FileSystem.from_uri(path)
+    with fs.open_input_file(inner) as handle:
+        meta = pq.ParquetFile(handle).metadata
+        if meta.num_row_groups == 0:
+            return ("", -1, -1)
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        group = meta.row_group(0)
+
+        def low(name: str) -> Any:
+            stats = group.column(names.index(name)).statistics if name in names else None
+            return stats.min if stats is not None and stats.has_min_max else None
+
+        topic = low("_rewind_source_topic")
+        partition = low("_rewind_source_partition")
+        offset = low("_rewind_source_offset")
+    topic_text = topic.decode() if isinstance(topic, bytes) else str(topic or "")
+    return (
+        topic_text,
+        int(partition if partition is not None else -1),
+        int(offset if offset is not None else -1),
+    )
+def _outside_units(batch: pa.RecordBatch, unit_ids: list[str]) -> pa.Array | None:
+    """Mask of rows whose source offset is in none of ``unit_ids`` (None: no unit to leave out)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not unit_ids:
+        return None
+    inside = pa.array([False] * batch.num_rows)
+    for uid in unit_ids:
+        topic, partition, start, end = _parse_unit(uid)
+        hit = pc.and_(
+            pc.and_(
+                pc.equal(batch.column("_rewind_source_topic"), topic),
+                pc.equal(batch.column("_rewind_source_partition"), partition),
+            ),
+            pc.and_(
+                pc.greater_equal(batch.column("_rewind_source_offset"), start),
+                pc.less(batch.column("_rewind_source_offset"), end),
+            ),
+        )
+        inside = pc.or_(inside, hit)
+    return pc.invert(inside)
+def _parse_unit(unit_id: str) -> tuple[str, int, int, int]:
+    """``"<topic>/<partition>/<start>-<end>"`` (a topic name has no ``/``)."""
+    topic, partition, span = unit_id.rsplit("/", 2)
+    start, end = span.split("-", 1)
+    return topic, int(partition), int(start), int(end)
+def remove_file(uri: str) -> None:
+    import pyarrow.fs as pafs
+
+    try:
+        fs, inner = pafs.FileSystem.from_uri(uri)
+        fs.delete_file(inner)
+    except Exception as exc:  # a leftover spool file is harmless; cleanup removes the folder
+        log.debug("could not remove %s: %s", uri, exc)
