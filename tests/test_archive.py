@@ -22,14 +22,8 @@ from confluent_kafka import Producer
 
 from rewind.config import Settings, load_settings
 from rewind.core.ranges import OffsetRange
-from rewind.history.archive import (
-    ArchivePass,
-    ContinuousArchive,
-    archive_once,
-    commit_pass,
-    plan_pass,
-    write_ranges,
-)
+from rewind.history.archive import ContinuousArchive, archive_once
+from rewind.history.archive_pass import ArchivePass, commit_pass, plan_pass, write_ranges
 from rewind.history.compact import compact_archive
 from rewind.history.exceptions import ArchiveConflictError
 from rewind.history.schema import (

@@ -18,13 +18,8 @@ from typing import Any
 import pytest
 
 from rewind.errors import ConfigError
-from rewind.spark.kafka_writer import (
-    FORMAT_NAME,
-    WRITE_ONLY_FORMAT_NAME,
-    KafkaWriteOnlySource,
-    KafkaWriteSummary,
-    WriterOptions,
-)
+from rewind.spark.kafka_write_options import FORMAT_NAME, WriterOptions
+from rewind.spark.kafka_writer import WRITE_ONLY_FORMAT_NAME, KafkaWriteOnlySource, KafkaWriteSummary
 from rewind.spark.ratelimit import LocalPacer, RateLimit
 
 FORMAT = FORMAT_NAME  # the combined rewind-kafka source, whose writer() is make_writer
@@ -491,7 +486,7 @@ def test_local_pacer_is_exact() -> None:
 
 
 def test_summary_of_messages() -> None:
-    from rewind.spark.kafka_writer import KafkaWriteCommitMessage
+    from rewind.spark.kafka_write_task import KafkaWriteCommitMessage
 
     summary = KafkaWriteSummary.of(
         [KafkaWriteCommitMessage(0, 0, 5, 50, 1.0), None, KafkaWriteCommitMessage(1, 1, 7, 70, 2.0)]

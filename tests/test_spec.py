@@ -246,11 +246,11 @@ def test_decode_vocabulary_is_the_decoders() -> None:
     """The spec checks decode.schema without importing pandas; it must agree with the decoder."""
     from rewind.core.columns import RESERVED_PREFIXES
     from rewind.spec import _JSON_TYPES, _RESERVED_PREFIXES
-    from rewind.translate import decode
+    from rewind.translate import json_decoder
 
-    assert set(_JSON_TYPES) == set(decode.JSON_TYPE_NAMES)
+    assert set(_JSON_TYPES) == set(json_decoder.JSON_TYPE_NAMES)
     for name, canonical in _JSON_TYPES.items():
-        assert decode.JsonDecoder(schema={"f": name}).schema == {"f": canonical}
+        assert json_decoder.JsonDecoder(schema={"f": name}).schema == {"f": canonical}
     assert _RESERVED_PREFIXES == RESERVED_PREFIXES
 
 

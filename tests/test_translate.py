@@ -802,7 +802,7 @@ json_values = st.recursive(
 @given(value=json_values, ensure_ascii=st.booleans(), noise=st.binary(max_size=3))
 def test_orjson_fast_path_agrees_with_the_stdlib(value: Any, ensure_ascii: bool, noise: bytes) -> None:
     orjson = pytest.importorskip("orjson")
-    from rewind.translate.decode import _LONG_DIGITS
+    from rewind.translate.json_decoder import _LONG_DIGITS
 
     text = json.dumps(value, ensure_ascii=ensure_ascii).encode()
     for raw in (text, text + noise, noise + text):
@@ -816,7 +816,7 @@ def test_orjson_fast_path_agrees_with_the_stdlib(value: Any, ensure_ascii: bool,
 
 
 def test_json_decoding_is_the_same_with_and_without_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
-    import rewind.translate.decode as decode_module
+    import rewind.translate.json_decoder as decode_module
 
     tricky = [
         js({"big": 2**64, "neg": -(2**63) - 1, "f": 1.5, "s": "\u00e9\ud83d\ude00"}),
@@ -847,7 +847,7 @@ def test_json_decoding_is_the_same_with_and_without_orjson(monkeypatch: pytest.M
     )
 )
 def test_the_batch_digit_scan_never_misses_a_long_number(values: list[bytes | None]) -> None:
-    from rewind.translate.decode import _LONG_DIGITS, _has_long_digits
+    from rewind.translate.json_decoder import _LONG_DIGITS, _has_long_digits
 
     batch = pa.RecordBatch.from_pydict({"value": pa.array(values, type=pa.binary())})
     if any(v is not None and _LONG_DIGITS(v) for v in values):

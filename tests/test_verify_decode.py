@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from rewind.spec import Verify
-from rewind.verify import compare
-from rewind.verify.compare import P, decode_cells
+from rewind.verify import cells
+from rewind.verify.cells import P, decode_cells
 from rewind.verify.service import verify_frames
 
 
@@ -80,7 +80,7 @@ def test_decoded_cells_are_fetched_in_one_pass(spark: Any, sides: tuple[Any, Any
 def test_without_decoding_bisection_finds_the_same(
     spark: Any, sides: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(compare, "DECODE_CELLS", 0)
+    monkeypatch.setattr(cells, "DECODE_CELLS", 0)
     staging, reference = sides
     v = Verify.model_validate({"reference": {"iceberg": "a.b"}, "key": ["order_id"], "drill_rows": 100})
     report = verify_frames(spark, staging, reference, v)

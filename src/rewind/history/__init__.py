@@ -17,8 +17,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ArchivePass": "rewind.history.archive",
-    "PassResult": "rewind.history.archive",
+    "ArchivePass": "rewind.history.archive_pass",
+    "PassResult": "rewind.history.archive_pass",
     "ContinuousArchive": "rewind.history.archive",
     "archive_once": "rewind.history.archive",
     "start_continuous": "rewind.history.archive",

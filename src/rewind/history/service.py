@@ -10,7 +10,7 @@ from rewind.history.exceptions import HistoryError
 
 if TYPE_CHECKING:
     from rewind.config import Settings
-    from rewind.history.archive import PassResult
+    from rewind.history.archive_pass import PassResult
     from rewind.history.plan import Prefer
 
 

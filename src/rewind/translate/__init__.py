@@ -4,7 +4,7 @@ A Spark task calls :func:`process_batch` on each Kafka Arrow batch of a work uni
 calls :func:`load_callable` and :func:`infer_output_schema` as gates before anything runs.
 
 ==========================  ==================================================================
-``decode``                  Kafka batch → events frame + failures (JSON, Avro, raw)
+``decoder`` and formats      Kafka batch → events frame + failures (JSON, Avro, raw)
 ``functions``               load a ``module:callable``, apply it, learn its output columns
 ``lineage``                 the ``_rewind_*`` columns and deterministic event ids
 ``quarantine``              the quarantine table (raw bytes, stage, reason)
@@ -20,17 +20,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rewind.translate.avro_decoder import AvroDecoder
+    from rewind.translate.avro_schemas import LocalSchemaSource, RegistrySchemaSource, SchemaSource
     from rewind.translate.counts import BatchCounts
-    from rewind.translate.decode import (
-        AvroDecoder,
-        Decoded,
-        Decoder,
-        JsonDecoder,
-        LocalSchemaSource,
-        RawDecoder,
-        RegistrySchemaSource,
-        SchemaSource,
-    )
+    from rewind.translate.decoder import Decoded, Decoder, RawDecoder
     from rewind.translate.exceptions import (
         ConservationError,
         DecoderConfigError,
@@ -50,19 +43,20 @@ if TYPE_CHECKING:
         infer_output_schema,
         load_callable,
     )
+    from rewind.translate.json_decoder import JsonDecoder
     from rewind.translate.lineage import LINEAGE_SCHEMA, add_lineage, event_id
     from rewind.translate.process import ProcessContext, ProcessedBatch, process_batch
     from rewind.translate.quarantine import QUARANTINE_SCHEMA, quarantine_table
 
 _WHERE = {
-    "AvroDecoder": "decode",
-    "Decoded": "decode",
-    "Decoder": "decode",
-    "JsonDecoder": "decode",
-    "LocalSchemaSource": "decode",
-    "RawDecoder": "decode",
-    "RegistrySchemaSource": "decode",
-    "SchemaSource": "decode",
+    "AvroDecoder": "avro_decoder",
+    "Decoded": "decoder",
+    "Decoder": "decoder",
+    "JsonDecoder": "json_decoder",
+    "LocalSchemaSource": "avro_schemas",
+    "RawDecoder": "decoder",
+    "RegistrySchemaSource": "avro_schemas",
+    "SchemaSource": "avro_schemas",
     "ConservationError": "exceptions",
     "DecoderConfigError": "exceptions",
     "OutputSchemaUnknown": "exceptions",

@@ -15,17 +15,15 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from rewind.spec import Decode, Translate
-    from rewind.translate.decode import Decoder
+    from rewind.translate.decoder import Decoder
 
 
 def make_decoder(decode: Decode) -> Decoder:
-    from rewind.translate.decode import (
-        AvroDecoder,
-        JsonDecoder,
-        LocalSchemaSource,
-        RawDecoder,
-        RegistrySchemaSource,
-    )
+    # the decoders import pandas and numpy: loaded when a job is planned, not for every CLI call
+    from rewind.translate.avro_decoder import AvroDecoder
+    from rewind.translate.avro_schemas import LocalSchemaSource, RegistrySchemaSource
+    from rewind.translate.decoder import RawDecoder
+    from rewind.translate.json_decoder import JsonDecoder
 
     if decode.format == "json":
         return JsonDecoder(decode.schema_, cast(Any, decode.null_value or "quarantine"))

@@ -25,7 +25,7 @@ import pyarrow as pa
 from rewind.core.columns import ROW
 from rewind.translate.columns import user_columns
 from rewind.translate.counts import BatchCounts, add_reasons
-from rewind.translate.decode import Decoder, as_batch
+from rewind.translate.decoder import Decoder, as_batch
 from rewind.translate.exceptions import ConservationError, TranslateOutputError
 from rewind.translate.failures import Failure
 from rewind.translate.functions import Translator, apply_translate

@@ -19,7 +19,7 @@ import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from rewind.verify.compare import plain, quiet_query_errors
+from rewind.verify.spark_util import plain, quiet_query_errors
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

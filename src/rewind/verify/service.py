@@ -61,9 +61,11 @@ def verify_frames(
 ) -> dict[str, Any]:
     """Compare two DataFrames as ``verify`` says; returns the JSON report (``passed``, ``checks``...)."""
     from rewind.verify.assertions import run_assertions
-    from rewind.verify.compare import apply_scope, compare, spark_types, without_flag
+    from rewind.verify.compare import compare
+    from rewind.verify.prepare import apply_scope, without_flag
     from rewind.verify.report import build_report
     from rewind.verify.rules import resolve
+    from rewind.verify.spark_util import spark_types
 
     began = time.perf_counter()
     types = spark_types(staging)

@@ -335,7 +335,7 @@ def reference_side(
         read_iceberg_table(
             spark, catalog, table, f"verify.reference.sql.views.{view}"
         ).createOrReplaceTempView(view)
-    from rewind.verify.compare import quiet_query_errors
+    from rewind.verify.spark_util import quiet_query_errors
 
     try:
         with quiet_query_errors():

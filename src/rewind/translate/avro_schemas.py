@@ -1,0 +1,200 @@
+"""Where Avro writer schemas come from: a folder of ``.avsc`` files or a schema registry."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from rewind.translate.exceptions import SchemaRegistryUnavailable, SchemaSourceError
+
+log = logging.getLogger(__name__)
+
+
+class SchemaSource(ABC):
+    """Where Avro schemas come from: writer schemas by id, and the reader ("latest") schema.
+
+    Schemas are returned as parsed JSON (dict, list or str), not yet given to fastavro.
+    Implementations do no I/O in ``__init__`` and are picklable, so a decoder built on the
+    driver can be shipped to Spark tasks.
+    """
+
+    @abstractmethod
+    def writer_schema(self, schema_id: int) -> Any | None:
+        """The schema registered under ``schema_id``, or None if there is no such id.
+
+        Raises :class:`SchemaSourceError` when the source itself cannot be read.
+        """
+
+    @abstractmethod
+    def reader_schema(self) -> Any:
+        """The schema every record is evolved to."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where the schemas come from, for messages."""
+def _load_avsc(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SchemaSourceError(
+            f"Avro schema file {path}: cannot read it ({e}); fix or remove the file"
+        ) from e
+class LocalSchemaSource(SchemaSource):
+    """A folder of ``<id>.avsc`` files; the reader schema is ``latest.avsc`` or an explicit file."""
+
+    def __init__(
+        self, folder: str | os.PathLike[str], reader_schema_path: str | os.PathLike[str] | None = None
+    ):
+        self.folder = Path(folder)
+        self.reader_schema_path = Path(reader_schema_path) if reader_schema_path is not None else None
+        self._cache: dict[int, Any | None] = {}
+
+    def describe(self) -> str:
+        return f"schema folder {self.folder}"
+
+    def _check_folder(self) -> None:
+        if not self.folder.is_dir():
+            raise SchemaSourceError(
+                f"Avro schema folder {self.folder} does not exist; check translate.avro.schema_dir"
+            )
+
+    def writer_schema(self, schema_id: int) -> Any | None:
+        if schema_id not in self._cache:
+            self._check_folder()
+            path = self.folder / f"{schema_id}.avsc"
+            self._cache[schema_id] = _load_avsc(path) if path.is_file() else None
+        return self._cache[schema_id]
+
+    def reader_schema(self) -> Any:
+        path = self.reader_schema_path
+        if path is None:
+            self._check_folder()
+            path = self.folder / "latest.avsc"
+            if not path.is_file():
+                raise SchemaSourceError(
+                    f"no reader schema: put latest.avsc in {self.folder} or set translate.avro.reader_schema"
+                )
+        elif not path.is_file():
+            raise SchemaSourceError(
+                f"Avro reader schema {path} does not exist; check translate.avro.reader_schema"
+            )
+        return _load_avsc(path)
+# One registry client per process and configuration: Spark workers fork, so a client made in a
+# parent is never reused in a child (the pid is part of the key).
+_REGISTRY_CLIENTS: dict[tuple[int, str, tuple[tuple[str, str], ...]], Any] = {}
+_REGISTRY_LOCK = threading.Lock()
+def _registry_client(url: str, config: Mapping[str, Any]) -> Any:
+    key = (os.getpid(), url, tuple(sorted((k, str(v)) for k, v in config.items())))
+    with _REGISTRY_LOCK:
+        client = _REGISTRY_CLIENTS.get(key)
+        if client is None:
+            try:
+                from confluent_kafka.schema_registry import SchemaRegistryClient
+            except ImportError as e:
+                raise SchemaSourceError(
+                    f"the schema registry client cannot be imported ({e}); install confluent-kafka's "
+                    "registry dependencies: pip install attrs authlib httpx2 cachetools certifi"
+                ) from e
+            client = SchemaRegistryClient({**config, "url": url})
+            _REGISTRY_CLIENTS[key] = client
+        return client
+class RegistrySchemaSource(SchemaSource):
+    """A Confluent-compatible schema registry (confluent-kafka's ``SchemaRegistryClient``).
+
+    Writer schemas are fetched by id; the reader schema is ``subject``'s latest version (or
+    ``reader_version``). "Not found" for an id makes its records quarantined; any other failure
+    (refused connection, timeout, 5xx, bad credentials) raises :class:`SchemaRegistryUnavailable`,
+    failing the task rather than quarantining good records.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        subject: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        reader_version: int | Literal["latest"] = "latest",
+    ) -> None:
+        self.url = url
+        self.subject = subject
+        self.config = dict(config or {})
+        self.reader_version = reader_version
+        self._cache: dict[int, Any | None] = {}
+
+    def describe(self) -> str:
+        return f"schema registry {self.url}"
+
+    def _client(self) -> Any:
+        return _registry_client(self.url, self.config)
+
+    def writer_schema(self, schema_id: int) -> Any | None:
+        if schema_id in self._cache:
+            return self._cache[schema_id]
+        from_registry = self._call(
+            lambda: self._client().get_schema(schema_id), f"cannot fetch schema id {schema_id}"
+        )
+        if from_registry is None:
+            self._cache[schema_id] = None
+            return None
+        schema_type = (from_registry.schema_type or "AVRO").upper()
+        if schema_type != "AVRO":
+            log.warning("schema id %d in %s is a %s schema, not Avro", schema_id, self.url, schema_type)
+            self._cache[schema_id] = None
+            return None
+        if from_registry.references:
+            raise SchemaSourceError(
+                f"schema id {schema_id} in {self.url} uses schema references, which Rewind does not resolve; "
+                "use a self-contained schema or a local schema folder"
+            )
+        schema = json.loads(from_registry.schema_str)
+        self._cache[schema_id] = schema
+        return schema
+
+    def reader_schema(self) -> Any:
+        if self.subject is None:
+            raise SchemaSourceError(
+                "no reader schema: set translate.avro.subject (its latest version is the reader schema) "
+                "or translate.avro.reader_schema"
+            )
+        subject = self.subject
+        version = self.reader_version
+        what = f"cannot fetch the {version} version of subject {subject}"
+        if version == "latest":
+            registered = self._call(lambda: self._client().get_latest_version(subject), what)
+        else:
+            registered = self._call(lambda: self._client().get_version(subject, version), what)
+        if registered is None:
+            raise SchemaSourceError(
+                f"schema registry at {self.url}: subject {subject} not found; check translate.avro.subject"
+            )
+        return json.loads(registered.schema.schema_str)
+
+    def _call(self, fn: Callable[[], Any], what: str) -> Any:
+        """Run one registry request: None for 'not found', :class:`SchemaRegistryUnavailable` otherwise."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            return fn()
+        except SchemaRegistryError as e:
+            if e.http_status_code == 404:
+                return None
+            raise SchemaRegistryUnavailable(
+                self.url, f"{what} (HTTP {e.http_status_code}: {e.error_message})"
+            ) from e
+        except SchemaSourceError:
+            raise
+        except Exception as e:  # transport errors of the HTTP client, timeouts, DNS
+            raise SchemaRegistryUnavailable(self.url, f"{what} ({type(e).__name__}: {e})") from e
+AVRO_DTYPES: dict[str, Any] = {
+    "int": "Int32",
+    "long": "Int64",
+    "float": "float32",
+    "double": "float64",
+    "boolean": "boolean",
+    "string": object,
+}
