@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 from rewind.spec import Verify
-from rewind.verify.report import COLOURS, render_html, summary, write_report
+from rewind.verify.report import summary, write_report
+from rewind.verify.report_html import render_html
+from rewind.verify.report_svg import COLOURS
 from rewind.verify.service import verify_frames
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -121,7 +123,7 @@ def test_json_and_html_are_written_and_self_contained(
 
 
 def test_many_buckets_are_drawn_as_lines() -> None:
-    from rewind.verify.report import svg_columns
+    from rewind.verify.report_svg import svg_columns
 
     labels = [(T + timedelta(hours=i)).isoformat() for i in range(500)]
     svg = svg_columns(labels, [("staging", "#000", [1.0] * 500), ("reference", "#111", [2.0] * 500)])
