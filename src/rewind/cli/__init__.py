@@ -1,0 +1,23 @@
+"""The ``rewind`` command line: parse, call the core, print. No logic lives here.
+
+``app`` builds the Typer app; each ``*_commands`` module registers its commands on it when
+imported, which this package does here, so ``rewind.cli.app`` is complete once
+``rewind.cli`` is imported.
+"""
+
+from __future__ import annotations
+
+from rewind.cli.app import app
+
+# the import order is the order of the commands in `rewind --help`
+# isort: off
+from rewind.cli import stack_commands, run_commands, verify_commands, history_commands
+# isort: on
+
+__all__ = ["app", "main"]
+
+_COMMANDS = (stack_commands, run_commands, verify_commands, history_commands)  # registered on import
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,239 @@
+"""Commands of a run's life: `plan`, `run`, `resume`, `runs`, `show`, `promote`, `rollback`, `cleanup`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rewind.cli.app import JsonOpt, MetricsOpt, _settings, app, command
+from rewind.output import Output
+
+
+@app.command()
+@command
+def plan(spec: Annotated[Path, typer.Argument(help="Job spec (YAML).")], json_out: JsonOpt = False) -> None:
+    """Resolve the window, sample, check the gates; store the plan. Moves nothing."""
+    from rewind.job.service import plan_job
+    from rewind.spec import load_spec
+
+    job_plan = plan_job(_settings(), load_spec(spec))
+    data = _plan_summary(job_plan)
+    out = Output(json_out)
+    out.result(data, _render_plan)
+    if not job_plan.ok:
+        gate = job_plan.failed_gates()[0]
+        out.failure(f"plan {job_plan.plan_id} refused by gate {gate.name}: {gate.detail}")
+        raise typer.Exit(1)
+def _plan_summary(job_plan: Any) -> dict[str, Any]:
+    by_partition: dict[str, dict[str, Any]] = {}
+    history = job_plan.read_plan.get("history")
+    for p in (history or job_plan.read_plan)["partitions"]:
+        if history is not None:  # a history source: archive below the seam, Kafka above
+            by_partition[f"{p['topic']}/{p['partition']}"] = {
+                "start": p["start"], "end": p["end"], "low": p["low"], "high": p["high"],
+                "offsets": p["end"] - p["start"], "start_method": f"archive < {p['seam']}",
+                "end_method": "kafka", "missing_below_low": None, "gaps": p["gaps"],
+            }
+            continue
+        by_partition[f"{p['topic']}/{p['partition']}"] = {
+            "start": p["start"],
+            "end": p["end"],
+            "low": p["low"],
+            "high": p["high"],
+            "offsets": p["end"] - p["start"],
+            "start_method": p["start_method"],
+            "end_method": p["end_method"],
+            "missing_below_low": p["missing_below_low"],
+        }
+    return {
+        "plan_id": job_plan.plan_id,
+        "name": job_plan.name,
+        "ok": job_plan.ok,
+        "offsets": job_plan.offsets,
+        "units": len(job_plan.units),
+        "partitions": by_partition,
+        "estimates": job_plan.estimates,
+        "output_columns": [list(c) for c in job_plan.output_columns],
+        "gates": [{"name": g.name, "ok": g.ok, "detail": g.detail} for g in job_plan.gates],
+        "notes": list(job_plan.notes),
+    }
+def _render_plan(console: Console, d: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]plan {d['plan_id']}[/] for {d['name']}: {d['offsets']:,} offsets in {d['units']} units"
+    )
+    table = Table("partition", "range", "offsets", "log", "how")
+    for name, p in d["partitions"].items():
+        how = f"{p['start_method']} → {p['end_method']}"
+        if p["missing_below_low"]:
+            how += " [red](below log start)[/]"
+        table.add_row(
+            name, f"[{p['start']}, {p['end']})", f"{p['offsets']:,}", f"[{p['low']}, {p['high']})", how
+        )
+    console.print(table)
+    est = d["estimates"]
+    console.print(", ".join(f"{k}={v}" for k, v in est.items()))
+    gates = Table("gate", "ok", "detail")
+    for g in d["gates"]:
+        gates.add_row(g["name"], "[green]yes[/]" if g["ok"] else "[red]NO[/]", g["detail"])
+    console.print(gates)
+    for note in d["notes"][:5]:
+        console.print(f"[dim]note: {note}[/]")
+@app.command()
+@command
+def run(
+    spec_or_plan: Annotated[str, typer.Argument(help="Job spec (YAML) or a stored plan id.")],
+    json_out: JsonOpt = False,
+    metrics_port: MetricsOpt = None,
+) -> None:
+    """Plan if given a spec, then execute on Spark into staging."""
+    from rewind.job.service import run_job
+    from rewind.progress import ProgressView
+    from rewind.spec import load_spec
+
+    settings = _settings()
+    target: Any = spec_or_plan if spec_or_plan.startswith("p-") and not Path(spec_or_plan).exists() else None
+    if target is None:
+        target = load_spec(Path(spec_or_plan))
+    with ProgressView(enabled=not json_out, metrics_port=metrics_port) as view:
+        outcome = run_job(settings, target, progress=view)
+    Output(json_out).result(outcome.to_dict(), _render_outcome)
+@app.command()
+@command
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to finish.")],
+    json_out: JsonOpt = False,
+    metrics_port: MetricsOpt = None,
+) -> None:
+    """Finish an interrupted or failed run; only unfinished units are redone."""
+    from rewind.job.service import resume_job
+    from rewind.progress import ProgressView
+
+    settings = _settings()
+    with ProgressView(enabled=not json_out, metrics_port=metrics_port) as view:
+        outcome = resume_job(settings, run_id, progress=view)
+    Output(json_out).result(outcome.to_dict(), _render_outcome)
+def _render_outcome(console: Console, d: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]{d['run_id']}[/] {d['state']}: read {d['records_read']:,}, rows out {d['rows_out']:,}, "
+        f"quarantined {d['quarantined']:,}, filtered {d['filtered']:,} in {d['seconds']}s "
+        f"({d['records_per_s'] or 0:,} rec/s)"
+    )
+    for reason, count in (d.get("quarantine_reasons") or {}).items():
+        console.print(f"  quarantined {count:,}: {reason}")
+    if d.get("folded"):
+        console.print(f"  {_folded(d['folded'])}")
+    staging = d["staging"]
+    where = staging.get("table", "?") + (f"@{staging['branch']}" if staging.get("branch") else "")
+    console.print(f"staging: {where}; quarantine: {d['quarantine_table']}")
+@app.command()
+@command
+def runs(json_out: JsonOpt = False, limit: Annotated[int, typer.Option(help="How many.")] = 20) -> None:
+    """The latest runs."""
+    from rewind.job.service import list_runs
+
+    data = list_runs(_settings(), limit)
+
+    def render(console: Console, rows: Any) -> None:
+        table = Table("run", "name", "state", "target", "created", "finished")
+        for r in rows["runs"]:
+            table.add_row(
+                r["run_id"], r["name"], r["state"], r["target"], r["created_at"], r["finished_at"] or ""
+            )
+        console.print(table)
+
+    Output(json_out).result({"runs": data}, render)
+@app.command()
+@command
+def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: JsonOpt = False) -> None:
+    """State, timings, counts per unit, quarantine by reason, and where the output is."""
+    from rewind.job.service import show_run
+
+    data = show_run(_settings(), run_id)
+
+    def render(console: Console, d: dict[str, Any]) -> None:
+        console.print(
+            f"[bold]{d['run_id']}[/] ({d['name']}) {d['state']}, plan {d['plan_id']}, by {d['user']}"
+        )
+        console.print(f"created {d['created_at']}, started {d['started_at']}, finished {d['finished_at']}")
+        if d["error"]:
+            console.print(f"[red]error:[/] {d['error']}")
+        console.print(
+            f"read {d['records_read']:,}, emitted {d['emitted']:,}, rows out {d['rows_out']:,}, "
+            f"quarantined {d['quarantined']:,}, filtered {d['filtered']:,}; units {d['units_by_state']}"
+        )
+        for reason, count in (d["quarantine_reasons"] or {}).items():
+            console.print(f"  quarantined {count}: {reason}")
+        console.print(f"staging: {d['staging']}")
+        table = Table("unit", "state", "attempts", "read", "rows", "quarantined", "filtered")
+        for u in d["units"][:50]:
+            table.add_row(
+                u["unit_id"],
+                u["state"],
+                str(u["attempts"]),
+                str(u["records_read"]),
+                str(u["rows_out"]),
+                str(u["quarantined"]),
+                str(u["filtered"]),
+            )
+        console.print(table)
+        for entry in d["history"]:
+            console.print(f"{entry['at']} {entry['action']} by {entry['user']}{_history_detail(entry)}")
+
+    Output(json_out).result(data, render)
+def _folded(counts: dict[str, Any]) -> str:
+    return (
+        f"folded {counts.get('rows_in', 0):,} partial rows into {counts.get('rows_out', 0):,} "
+        f"({counts.get('outside_window', 0):,} outside the window dropped)"
+    )
+def _history_detail(entry: dict[str, Any]) -> str:
+    """The part of an audit entry worth a line: what a swap replaced, a verdict, a reason."""
+    d = entry["details"] or {}
+    if "before" in d and "after" in d:
+        done = " (already done)" if d.get("already_done") else ""
+        return f": {d.get('target')} {d.get('before')} -> {d.get('after')}{done}"
+    if "passed" in d:
+        return f": {'passed' if d['passed'] else 'FAILED'}"
+    if "rows_in" in d:
+        return f": {_folded(d)}"
+    return f": {d['reason']}" if d.get("reason") else ""
+@app.command()
+@command
+def promote(
+    run_id: Annotated[str, typer.Argument(help="The run whose staging becomes live.")],
+    json_out: JsonOpt = False,
+    force: Annotated[bool, typer.Option(help="Override failed gates (needs --reason).")] = False,
+    reason: Annotated[str | None, typer.Option(help="Why the gates are overridden (recorded).")] = None,
+    rebase: Annotated[
+        bool,
+        typer.Option(help="Iceberg: if the target moved since staging, re-apply the run's output on it."),
+    ] = False,
+) -> None:
+    """Swap the verified staging in atomically; refused unless the gates pass."""
+    from rewind.job.publish import promote_run
+
+    data = promote_run(_settings(), run_id, force=force, reason=reason, rebase=rebase)
+    Output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} promoted: {d['swap']}"))
+@app.command()
+@command
+def rollback(
+    run_id: Annotated[str, typer.Argument(help="The promoted run to undo.")], json_out: JsonOpt = False
+) -> None:
+    """Restore what the target held before the run's promotion."""
+    from rewind.job.publish import rollback_run
+
+    data = rollback_run(_settings(), run_id)
+    Output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} rolled back: {d['swap']}"))
+@app.command()
+@command
+def cleanup(
+    run_id: Annotated[str, typer.Argument(help="The run to clean up.")], json_out: JsonOpt = False
+) -> None:
+    """Drop what a run left behind: staging, a previous table kept for rollback, a backfill topic."""
+    from rewind.job.publish import cleanup_run
+
+    data = cleanup_run(_settings(), run_id)
+    Output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} cleaned up: {d['cleanup']}"))
