@@ -1,4 +1,4 @@
-"""Benchmark: rows/s into PostgreSQL through ``PostgresSink.commit`` against a plain COPY.
+"""Benchmark: rows/s into PostgreSQL through ``SqlSink.commit`` against a plain COPY.
 
 Same run, same server, same rows (default 5,000,000 order rows with the ten lineage columns,
 as Parquet files of 250,000 rows, committed 1,000,000 rows at a time like a wave):
@@ -154,7 +154,7 @@ def main() -> None:
 
     import psycopg
 
-    from rewind.sinks.postgres import PostgresSink
+    from rewind.sinks.sql.sink import SqlSink
     from rewind.translate.lineage import LINEAGE_SCHEMA
 
     server = os.environ.get("REWIND_BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
@@ -167,7 +167,7 @@ def main() -> None:
     seconds: dict[str, float] = {}
     try:
         run_id = "r-bench"
-        sink = PostgresSink(url, "public.order_amounts", key=["order_id"], spool_dir=spool)
+        sink = SqlSink(url, "public.order_amounts", key=["order_id"], spool_dir=spool)
         schema = order_rows(0, 1, 0, run_id).schema
         staging = sink.prepare(run_id, schema)
         folder = sink.data_folder(staging)

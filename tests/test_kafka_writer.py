@@ -328,7 +328,7 @@ def test_transactional_failure_leaves_nothing_committed(
         (
             {"kafka.bootstrap.servers": "x:1", "topic": "t", "maxRecordsPerSecond": "-5"},
             "cast(id as string) as value",
-            "records_per_second",
+            "(?i)maxrecordspersecond='-5': expected a positive number",
         ),
         (
             {"kafka.bootstrap.servers": "x:1", "topic": "t", "kafka.no.such.thing": "1"},

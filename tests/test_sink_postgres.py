@@ -21,13 +21,9 @@ import pyarrow as pa
 import pytest
 
 from rewind.sinks.files import write_parquet
-from rewind.sinks.postgres import (
-    COUNTS_KEY,
-    PostgresSink,
-    PostgresSinkError,
-    PostgresStaging,
-    TargetMoved,
-)
+from rewind.sinks.sql.backend import COUNTS_KEY
+from rewind.sinks.sql.exceptions import SqlSinkError, TargetMoved
+from rewind.sinks.sql.sink import SqlSink, SqlStaging
 from rewind.translate.lineage import LINEAGE_SCHEMA
 
 BASE = datetime(2026, 10, 1, tzinfo=UTC)
@@ -87,14 +83,14 @@ def rows(
     )
 
 
-def commit(sink: PostgresSink, staging: PostgresStaging, unit: str, table: pa.Table) -> dict[str, Any]:
+def commit(sink: SqlSink, staging: SqlStaging, unit: str, table: pa.Table) -> dict[str, Any]:
     """Write ``table`` to the staging's data folder and commit it as ``unit``, as the runner does."""
     files = [write_parquet(sink.data_folder(staging), table, "data")] if table.num_rows else []
     counts = {unit: {"records_read": table.num_rows, "emitted": table.num_rows, "rows_out": table.num_rows}}
     return sink.commit(staging, staging.run_id, [unit], files, extra={COUNTS_KEY: json.dumps(counts)})
 
 
-def table_rows(sink: PostgresSink, name: str) -> dict[int, tuple[float, int]]:
+def table_rows(sink: SqlSink, name: str) -> dict[int, tuple[float, int]]:
     """``{order_id: (amount, source offset)}`` of a table, read with the database's own client."""
     if sink.is_sqlite:
         import sqlite3
@@ -126,20 +122,20 @@ def pg_exec(url: str, *sql: str) -> list[Any]:
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
-def new_sink(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PostgresSink]:
+def new_sink(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlSink]:
     """A sink whose target does not exist yet (a new read model), on either database."""
     name = f"orders_{uuid.uuid4().hex[:6]}"
     if request.param == "postgres":
         url = request.getfixturevalue("pg")
-        sink = PostgresSink(url, f"public.{name}", key=["order_id"], spool_dir=tmp_path / "spool")
+        sink = SqlSink(url, f"public.{name}", key=["order_id"], spool_dir=tmp_path / "spool")
     else:
-        sink = PostgresSink(f"sqlite:///{tmp_path / 'sink.db'}", name, key=["order_id"], spool_dir=tmp_path)
+        sink = SqlSink(f"sqlite:///{tmp_path / 'sink.db'}", name, key=["order_id"], spool_dir=tmp_path)
     yield sink
     sink.close()
 
 
-def sink_on(url: str, table: str, tmp_path: Path, **kw: Any) -> PostgresSink:
-    return PostgresSink(url, table, key=kw.pop("key", ["order_id"]), spool_dir=tmp_path / "spool", **kw)
+def sink_on(url: str, table: str, tmp_path: Path, **kw: Any) -> SqlSink:
+    return SqlSink(url, table, key=kw.pop("key", ["order_id"]), spool_dir=tmp_path / "spool", **kw)
 
 
 def make_target(url: str, name: str, n: int) -> None:
@@ -156,7 +152,7 @@ def make_target(url: str, name: str, n: int) -> None:
 # -- commits ------------------------------------------------------------------------------------
 
 
-def test_commit_records_units_atomically_and_twice_is_a_no_op(new_sink: PostgresSink) -> None:
+def test_commit_records_units_atomically_and_twice_is_a_no_op(new_sink: SqlSink) -> None:
     sink = new_sink
     assert "does not exist" in sink.check(SCHEMA)
     staging = sink.prepare("r-1", SCHEMA)
@@ -177,7 +173,7 @@ def test_commit_records_units_atomically_and_twice_is_a_no_op(new_sink: Postgres
     assert sink.committed_units(staging, "r-1") == {"orders/0/0-3", "orders/0/3-5"}
 
 
-def test_upsert_keeps_the_latest_event_whatever_the_commit_order(new_sink: PostgresSink) -> None:
+def test_upsert_keeps_the_latest_event_whatever_the_commit_order(new_sink: SqlSink) -> None:
     sink = new_sink
     staging = sink.prepare("r-2", SCHEMA)
     name = staging.table.split(".")[-1]
@@ -203,17 +199,17 @@ def test_append_mode_skips_event_ids_already_there(tmp_path: Path, pg: str) -> N
 
 
 def test_a_crash_inside_commit_leaves_neither_rows_nor_units(
-    new_sink: PostgresSink, monkeypatch: pytest.MonkeyPatch
+    new_sink: SqlSink, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sink = new_sink
     staging = sink.prepare("r-4", SCHEMA)
-    real = PostgresSink._load
+    real = SqlSink._load
 
-    def load_then_die(self: PostgresSink, *args: Any) -> Any:
+    def load_then_die(self: SqlSink, *args: Any) -> Any:
         real(self, *args)  # the rows are in staging, inside the transaction...
         raise KeyboardInterrupt("killed")  # ...when the process dies
 
-    monkeypatch.setattr(PostgresSink, "_load", load_then_die)
+    monkeypatch.setattr(SqlSink, "_load", load_then_die)
     with pytest.raises(KeyboardInterrupt):
         commit(sink, staging, "u1", rows("r-4", [(1, 1, 1.0), (2, 2, 2.0)]))
     monkeypatch.undo()
@@ -243,16 +239,16 @@ def test_incompatible_targets_are_refused_with_one_line(tmp_path: Path, pg: str)
     )
     sink = sink_on(pg, f"public.{name}", tmp_path)
     with pytest.raises(
-        PostgresSinkError, match=r"output column amount is double, public\.\w+\.amount is integer"
+        SqlSinkError, match=r"output column amount is double, public\.\w+\.amount is integer"
     ):
         sink.check(SCHEMA)
-    with pytest.raises(PostgresSinkError, match="amount"):
+    with pytest.raises(SqlSinkError, match="amount"):
         sink.prepare("r-6", SCHEMA)
     assert not pg_exec(pg, f"SELECT 1 FROM pg_tables WHERE tablename LIKE '{name}__rewind%'")
 
     plain = f"nolineage_{uuid.uuid4().hex[:6]}"
     pg_exec(pg, f"CREATE TABLE public.{plain} (order_id bigint PRIMARY KEY, status text, amount float8)")
-    with pytest.raises(PostgresSinkError, match=r"has no lineage columns \['_rewind_event_id'"):
+    with pytest.raises(SqlSinkError, match=r"has no lineage columns \['_rewind_event_id'"):
         sink_on(pg, plain, tmp_path).check(SCHEMA)
 
     nokey = f"nokey_{uuid.uuid4().hex[:6]}"
@@ -262,13 +258,13 @@ def test_incompatible_targets_are_refused_with_one_line(tmp_path: Path, pg: str)
             f"CONSTRAINT {nokey}_pk PRIMARY KEY (order_id)", "x int"
         ),
     )
-    with pytest.raises(PostgresSinkError, match=r"no unique index on \(order_id\).*CREATE UNIQUE INDEX ON"):
+    with pytest.raises(SqlSinkError, match=r"no unique index on \(order_id\).*CREATE UNIQUE INDEX ON"):
         sink_on(pg, nokey, tmp_path).check(SCHEMA)
 
     viewed = f"viewed_{uuid.uuid4().hex[:6]}"
     make_target(pg, viewed, 3)
     pg_exec(pg, f"CREATE VIEW {viewed}_v AS SELECT order_id FROM {viewed}")
-    with pytest.raises(PostgresSinkError, match=rf"view {viewed}_v depends on it"):
+    with pytest.raises(SqlSinkError, match=rf"view {viewed}_v depends on it"):
         sink_on(pg, viewed, tmp_path).check(SCHEMA)
 
 
@@ -279,11 +275,11 @@ def test_a_staging_altered_after_prepare_is_caught_before_writing(tmp_path: Path
     staging = sink.prepare("r-7", SCHEMA)
     pg_exec(pg, f"ALTER TABLE {staging.table} ALTER COLUMN amount TYPE integer")
     with pytest.raises(
-        PostgresSinkError, match="column amount is integer, the output's is double; nothing was"
+        SqlSinkError, match="column amount is integer, the output's is double; nothing was"
     ):
         commit(sink, staging, "u1", rows("r-7", [(1, 1, 9.0)]))
     assert sink.committed_units(staging, "r-7") == set()
-    with pytest.raises(PostgresSinkError, match="no longer has the columns of"):
+    with pytest.raises(SqlSinkError, match="no longer has the columns of"):
         sink.prepare("r-7", SCHEMA)  # resume sees the difference too
 
 
@@ -293,7 +289,7 @@ def test_unreachable_database_and_missing_url_are_one_line_errors(tmp_path: Path
 
     sink = sink_on("postgresql://rewind:s3cret@127.0.0.1:1/nowhere", "public.t", tmp_path)
     with pytest.raises(
-        PostgresSinkError, match=r"postgresql://rewind:\*\*\*@127.0.0.1:1/nowhere is not reach"
+        SqlSinkError, match=r"postgresql://rewind:\*\*\*@127.0.0.1:1/nowhere is not reach"
     ) as e:
         sink.check(SCHEMA)
     assert "s3cret" not in str(e.value) and "\n" not in str(e.value)
@@ -307,12 +303,12 @@ def test_unreachable_database_and_missing_url_are_one_line_errors(tmp_path: Path
         }
     )
     settings = load_settings(env={"REWIND_STATE_DIR": str(tmp_path)}, cwd=tmp_path)
-    with pytest.raises(PostgresSinkError, match=r"sink\.postgres\.url is not set and the ledger"):
-        PostgresSink.from_spec(settings, spec)
+    with pytest.raises(SqlSinkError, match=r"sink\.postgres\.url is not set and the ledger"):
+        SqlSink.from_spec(settings, spec)
     pg_settings = load_settings(
         env={"REWIND_STATE_DIR": str(tmp_path), "REWIND_LEDGER_URL": "postgresql://u@h/db"}, cwd=tmp_path
     )
-    assert PostgresSink.from_spec(pg_settings, spec).url == "postgresql+psycopg://u@h/db"
+    assert SqlSink.from_spec(pg_settings, spec).url == "postgresql+psycopg://u@h/db"
 
 
 # -- promotion, rollback, cleanup ---------------------------------------------------------------
@@ -371,7 +367,7 @@ def test_repair_promote_rollback_promote_and_cleanup(tmp_path: Path, pg: str) ->
     done = sink.cleanup(staging)
     assert done["dropped"] == [f"public.{prev}"] and done["state"] == "final"
     assert sink.cleanup(staging)["already_done"] is True
-    with pytest.raises(PostgresSinkError, match="dropped by `rewind cleanup`"):
+    with pytest.raises(SqlSinkError, match="dropped by `rewind cleanup`"):
         sink.rollback(staging, swap.to_dict())
     assert table_rows(sink, name) == new
     # the serial's sequence (owned by the dropped table) was handed over; identity continues
@@ -396,7 +392,7 @@ def test_sqlite_repair_promote_and_rollback(tmp_path: Path) -> None:
             "INSERT INTO orders (order_id, status, amount) VALUES (?, 'paid', ?)",
             [(i, i * 1.5) for i in range(1, 21)],
         )
-    sink = PostgresSink(f"sqlite:///{db}", "orders", key=["order_id"], spool_dir=tmp_path)
+    sink = SqlSink(f"sqlite:///{db}", "orders", key=["order_id"], spool_dir=tmp_path)
     assert "staging is a copy of it" in sink.check(SCHEMA)
     staging = sink.prepare("r-13", SCHEMA)
     commit(sink, staging, "u1", rows("r-13", [(1, 100, 0.25), (21, 101, 5.0)]))
@@ -441,7 +437,7 @@ def test_a_swap_waits_for_long_readers_within_bounds(tmp_path: Path, pg: str) ->
     with psycopg.connect(pg) as long_reader:
         long_reader.execute(f"SELECT count(*) FROM public.{name}")  # holds ACCESS SHARE until it ends
         with pytest.raises(
-            PostgresSinkError, match=rf"could not lock public\.{name} in 1s: long transactions"
+            SqlSinkError, match=rf"could not lock public\.{name} in 1s: long transactions"
         ):
             sink.promote(staging)
         assert table_rows(sink, name)[1][0] == 1.5  # nothing swapped
@@ -451,7 +447,7 @@ def test_a_swap_waits_for_long_readers_within_bounds(tmp_path: Path, pg: str) ->
     assert table_rows(sink, name)[1][0] == 0.0
 
 
-def test_new_table_promote_rollback_and_cleanup(new_sink: PostgresSink) -> None:
+def test_new_table_promote_rollback_and_cleanup(new_sink: SqlSink) -> None:
     sink = new_sink
     staging = sink.prepare("r-10", SCHEMA)
     commit(sink, staging, "u1", rows("r-10", [(1, 1, 1.0)]))
@@ -464,11 +460,11 @@ def test_new_table_promote_rollback_and_cleanup(new_sink: PostgresSink) -> None:
         table_rows(sink, target)
     done = sink.cleanup(staging)  # never promoted now: staging goes, and the run's unit commits
     assert done["dropped"] == [staging.table] and sink.committed_units(staging, "r-10") == set()
-    with pytest.raises(PostgresSinkError, match="dropped by `rewind cleanup`; start a new run"):
+    with pytest.raises(SqlSinkError, match="dropped by `rewind cleanup`; start a new run"):
         sink.prepare("r-10", SCHEMA)
 
 
-def test_read_arrow_round_trips_types(new_sink: PostgresSink) -> None:
+def test_read_arrow_round_trips_types(new_sink: SqlSink) -> None:
     sink = new_sink
     staging = sink.prepare("r-11", SCHEMA)
     batch = rows("r-11", [(1, 1, 1.25), (2, 2, -0.5)], status="")
@@ -581,7 +577,7 @@ def test_backfill_job_into_postgres_promote_and_rollback(
     data["sink"] = {"postgres": {"table": f"public.{name}", "url": pg}}
     outcome = run_job(settings, parse_spec(data), units_per_wave=3)
     assert outcome.state == "succeeded"
-    staging = PostgresStaging.from_dict(outcome.staging)
+    staging = SqlStaging.from_dict(outcome.staging)
     sink = sink_on(pg, f"public.{name}", tmp_path)
     want = {o.order_id: o.amount for o in orders if o.fate in ("row", "double") and o.order_id is not None}
     got = table_rows(sink, staging.table.split(".")[-1])

@@ -34,7 +34,8 @@ import pytest
 
 from rewind.config import Settings, load_settings
 from rewind.sinks.files import write_parquet
-from rewind.sinks.postgres import COUNTS_KEY, STAGINGS_TABLE, PostgresSink, PostgresStaging
+from rewind.sinks.sql.backend import COUNTS_KEY, STAGINGS_TABLE
+from rewind.sinks.sql.sink import SqlSink, SqlStaging
 from rewind.translate.lineage import LINEAGE_SCHEMA
 from tests import job_fixtures as jf
 from tests.test_sink_postgres import SCHEMA, rows
@@ -108,7 +109,7 @@ class Run:
     db: Db
     run_id: str
     table: str
-    staging: PostgresStaging
+    staging: SqlStaging
 
     @property
     def staged_name(self) -> str:
@@ -201,7 +202,7 @@ def record_run(settings: Settings, db: Db, run_id: str, table: str, *, new_table
     spec = jf.order_spec(f"promote-{run_id}", "orders", "unused.t")
     spec["sink"] = {"postgres": {"table": qualified, "url": db.url}}
     sink: Any = make_sink(settings, JobSpec.model_validate(spec))
-    assert isinstance(sink, PostgresSink)
+    assert isinstance(sink, SqlSink)
     try:
         staging = sink.prepare(run_id, SCHEMA)
         assert staging.target_existed is not new_table

@@ -223,7 +223,7 @@ _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # naive UTC text, as Rewind's SQLite sink
 def _write_sqlite_model(path: Path, v1: pd.DataFrame) -> None:
     """The service's SQL copy of the read model: its columns, a unique key, and (empty) lineage
     columns, which a backfill writes on every row it touches."""
-    from rewind.sinks.postgres import sqlite_type
+    from rewind.sinks.sql.types import sqlite_type
 
     path.parent.mkdir(parents=True, exist_ok=True)
     for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):

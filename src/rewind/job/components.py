@@ -26,9 +26,9 @@ def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
         window = spec.replaced_window()
         return IcebergSink(load_catalog(settings), ice.table, ice.mode, ice.window_column, window)
     if spec.sink.postgres is not None:
-        from rewind.sinks.postgres import PostgresSink
+        from rewind.sinks.sql.sink import SqlSink
 
-        return PostgresSink.from_spec(settings, spec)
+        return SqlSink.from_spec(settings, spec)
     if spec.sink.kafka is not None:
         from rewind.sinks.kafka.sink import KafkaTopicSink
 

@@ -124,7 +124,7 @@ def finalize_run(
     if parts is None:
         _commit_iceberg(source_sink, source_staging, run_id, files, counts)
     else:
-        from rewind.sinks.postgres import COUNTS_KEY
+        from rewind.sinks.sql.backend import COUNTS_KEY
 
         extra = {COUNTS_KEY: json.dumps({FOLD_UNIT: counts.to_dict()}, sort_keys=True)}
         sink.commit(staging, run_id, [FOLD_UNIT], files, extra=extra)

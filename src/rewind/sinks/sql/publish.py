@@ -1,0 +1,266 @@
+"""Promotion, rollback and cleanup of the SQL sink: renames in one transaction, checked, retried.
+
+The steps are in :meth:`SqlSink.promote <rewind.sinks.sql.sink.SqlSink.promote>` and
+:meth:`~rewind.sinks.sql.sink.SqlSink.rollback`; a lock wait that hits ``lock_timeout`` is retried
+until ``lock_wait_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rewind import faults
+from rewind.sinks.base import Swap
+from rewind.sinks.sql.backend import (
+    STAGINGS_TABLE,
+    Tx,
+    lock_times,
+)
+from rewind.sinks.sql.checks import check_same_shape
+from rewind.sinks.sql.encoding import uri_path
+from rewind.sinks.sql.exceptions import SqlSinkError, TargetMoved
+from rewind.sinks.sql.names import TableName, run_tag
+
+if TYPE_CHECKING:
+    from rewind.sinks.sql.sink import SqlSink, SqlStaging
+
+log = logging.getLogger(__name__)
+
+
+def promote_once(sink: SqlSink, staging: SqlStaging) -> Swap:
+    from sqlalchemy import select, update
+
+    target, sname, prev = (
+        TableName.parse(n) for n in (staging.target_table, staging.table, staging.prev_table)
+    )
+    with sink._tx() as tx:
+        sink._backend.lock_timeout(tx, sink.lock_timeout_s)
+        book = sink._tables(tx)
+        # 1.
+        row = tx.conn.execute(
+            select(book.stagings).where(book.stagings.c.staging == sname.name).with_for_update()
+        ).first()
+        if row is None:
+            raise SqlSinkError(
+                f"staging {sname} is not recorded in {STAGINGS_TABLE}; nothing to promote"
+            )
+        before = {"table": str(target), "rows": row.base_rows, "fingerprint": row.base_fingerprint}
+        after: dict[str, Any] = {
+            "table": str(target),
+            "from": str(sname),
+            "previous": str(prev) if row.target_existed else None,
+        }
+        if row.state in ("promoted", "final"):
+            return Swap(
+                sink.target, "promote", before, {**after, "fingerprint": row.promoted_fingerprint}, True
+            )
+        if row.state != "staged" or not sink._backend.exists(tx, sname):
+            raise SqlSinkError(
+                f"staging {sname} is {row.state}, not there to promote; start a new run"
+            )
+        # 2.
+        rows, fingerprint = sink._backend.fingerprint(tx, sname)
+        after.update(rows=rows, fingerprint=fingerprint)
+        # 3.
+        if row.target_existed:
+            if not sink._backend.exists(tx, target):
+                raise SqlSinkError(
+                    f"target {target} was dropped since the run started; nothing to swap"
+                )
+            sink._backend.lock_share(tx, target)
+            check_unmoved(sink, tx, target, row.base_rows, row.base_fingerprint, "staging was copied from it")
+            check_same_shape(sink, tx, target, sname)
+            if sink._backend.exists(tx, prev):
+                raise SqlSinkError(f"{prev} exists already; drop it or run `rewind cleanup`")
+            # 4.
+            ddl = [
+                sink._backend.rename_sql(target, prev.name),
+                sink._backend.rename_sql(sname, target.name),
+            ]
+            ddl += sink._backend.index_swap_sql(tx, target, sname, run_tag(row.run_id))
+            locks = [target, sname]
+        else:
+            if sink._backend.exists(tx, target):
+                raise SqlSinkError(
+                    f"{target} was created by someone else after run {row.run_id} started; "
+                    "promotion would replace it: drop it, or start a new run (staging will copy it)"
+                )
+            ddl = [sink._backend.rename_sql(sname, target.name)]
+            ddl += sink._backend.key_index_sql(tx, target, sname.name, target.name)
+            locks = [sname]
+        # 5. recorded first: the same transaction, and the locks are then held for the DDL alone
+        tx.conn.execute(
+            update(book.stagings)
+            .where(book.stagings.c.staging == sname.name)
+            .values(state="promoted", promoted_fingerprint=fingerprint, updated_at=datetime.now(UTC))
+        )
+        asked, granted = sink._backend.lock_exclusive(tx, *locks)  # readers wait from here to the commit
+        sink._backend.run_all(tx, ddl)
+        swap = Swap(sink.target, "promote", before, after, False)
+        faults.point("postgres-promote-before-commit")
+    faults.point("postgres-promote-after-commit")
+    after.update(lock_times(asked, granted))
+    return swap
+
+
+def rollback_once(sink: SqlSink, staging: SqlStaging) -> Swap:
+    from sqlalchemy import select, update
+
+    target, sname, prev = (
+        TableName.parse(n) for n in (staging.target_table, staging.table, staging.prev_table)
+    )
+    with sink._tx() as tx:
+        sink._backend.lock_timeout(tx, sink.lock_timeout_s)
+        book = sink._tables(tx)
+        row = tx.conn.execute(
+            select(book.stagings).where(book.stagings.c.staging == sname.name).with_for_update()
+        ).first()
+        if row is None:
+            raise SqlSinkError(
+                f"staging {sname} is not recorded in {STAGINGS_TABLE}; nothing to roll back"
+            )
+        before = {"table": str(target), "fingerprint": row.promoted_fingerprint}
+        after: dict[str, Any] = {
+            "table": str(target),
+            "from": str(prev) if row.target_existed else None,
+            "staging": str(sname),
+        }
+        if row.state == "staged":
+            return Swap(sink.target, "rollback", before, after, True)
+        if row.state == "final":
+            raise SqlSinkError(
+                f"the previous {target} ({prev}) was dropped by `rewind cleanup`; nothing to go back to"
+            )
+        if row.state != "promoted":
+            raise SqlSinkError(f"staging {sname} is {row.state}; nothing to roll back")
+        if not sink._backend.exists(tx, target):
+            raise SqlSinkError(f"target {target} does not exist; nothing to roll back")
+        sink._backend.lock_share(tx, target)
+        rows, fingerprint = sink._backend.fingerprint(tx, target)
+        if fingerprint != row.promoted_fingerprint:
+            raise TargetMoved(
+                f"{target} changed after run {row.run_id} was promoted ({rows} rows now); "
+                "a rollback would drop those writes: stop the writers; repair by hand or promote anew"
+            )
+        if row.target_existed:
+            if not sink._backend.exists(tx, prev):
+                raise SqlSinkError(f"previous table {prev} is gone; nothing to roll back to")
+            ddl = [
+                sink._backend.rename_sql(target, sname.name),
+                sink._backend.rename_sql(prev, target.name),
+            ]
+            ddl += sink._backend.index_swap_sql(tx, target, prev, run_tag(row.run_id))
+            locks = [target, prev]
+        else:
+            ddl = [sink._backend.rename_sql(target, sname.name)]
+            ddl += sink._backend.key_index_sql(tx, target, target.name, sname.name)
+            locks = [target]
+        tx.conn.execute(
+            update(book.stagings)
+            .where(book.stagings.c.staging == sname.name)
+            .values(state="staged", updated_at=datetime.now(UTC))
+        )
+        asked, granted = sink._backend.lock_exclusive(tx, *locks)  # readers wait from here to the commit
+        sink._backend.run_all(tx, ddl)
+        swap = Swap(sink.target, "rollback", before, after, False)
+        faults.point("postgres-rollback-before-commit")
+    faults.point("postgres-rollback-after-commit")
+    after.update(lock_times(asked, granted))
+    return swap
+
+
+def check_unmoved(
+    sink: SqlSink, tx: Tx, name: TableName, rows: int | None, fingerprint: str | None, since: str
+) -> None:
+    now_rows, now_fp = sink._backend.fingerprint(tx, name)
+    if now_fp != fingerprint:
+        raise TargetMoved(
+            f"{name} changed since {since} ({rows} rows then, {now_rows} now); a swap would drop those "
+            "writes: pause the writers for the whole backfill and start a new run"
+        )
+
+
+def with_lock_retry(sink: SqlSink, action: Callable[[], Swap]) -> Swap:
+    """Retry an action whose lock wait hit ``lock_timeout`` (readers queue behind a waiting swap)."""
+    deadline = time.monotonic() + sink.lock_wait_s
+    delay = 0.05
+    while True:
+        try:
+            return action()
+        except Exception as exc:
+            if not sink._backend.is_lock_timeout(exc) or time.monotonic() > deadline:
+                if sink._backend.is_lock_timeout(exc):
+                    raise SqlSinkError(
+                        f"could not lock {sink.table_name} in {sink.lock_wait_s:.0f}s: long transactions "
+                        "hold it; retry when they end"
+                    ) from exc
+                raise
+            log.info(
+                "lock on %s not granted within %.1fs; retrying", sink.table_name, sink.lock_timeout_s
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def cleanup_run(sink: SqlSink, staging: SqlStaging) -> dict[str, Any]:
+    """``rewind cleanup RUN``: drop what of the run is not the live target.
+
+    Promoted: the previous table is dropped (rollback is impossible afterwards); not
+    promoted: staging is dropped and the run's unit commits deleted (the run can be
+    neither resumed nor promoted afterwards). The spool folder goes in both cases.
+    The caller must make sure no process is still running the run (its lease).
+    """
+    import shutil
+
+    from sqlalchemy import delete, select, update
+
+    target, sname, prev = (
+        TableName.parse(n) for n in (staging.target_table, staging.table, staging.prev_table)
+    )
+    dropped: list[str] = []
+    with sink._tx() as tx:
+        book = sink._tables(tx)
+        row = tx.conn.execute(
+            select(book.stagings).where(book.stagings.c.staging == sname.name).with_for_update()
+        ).first()
+        if row is None:
+            raise SqlSinkError(
+                f"staging {sname} is not recorded in {STAGINGS_TABLE}; nothing to clean up"
+            )
+        state = row.state
+        if state == "promoted":
+            if row.target_existed and sink._backend.exists(tx, prev):
+                sink._backend.drop(tx, prev)
+                dropped.append(str(prev))
+            new_state = "final"
+        elif state == "staged":
+            if sink._backend.exists(tx, sname):
+                sink._backend.drop(tx, sname)
+                dropped.append(str(sname))
+            tx.conn.execute(delete(book.units).where(book.units.c.run_id == row.run_id))
+            new_state = "dropped"
+        else:
+            new_state = state
+        if new_state != state:
+            tx.conn.execute(
+                update(book.stagings)
+                .where(book.stagings.c.staging == sname.name)
+                .values(state=new_state, updated_at=datetime.now(UTC))
+            )
+    spool = Path(uri_path(staging.spool))
+    spool_removed = spool.exists()
+    shutil.rmtree(spool, ignore_errors=True)
+    return {
+        "target": str(target),
+        "state_before": state,
+        "state": new_state,
+        "dropped": dropped,
+        "spool_removed": spool_removed,
+        "already_done": not dropped and state == new_state,
+        "can_roll_back": False if new_state in ("final", "dropped") else state == "promoted",
+    }
