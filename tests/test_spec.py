@@ -245,7 +245,7 @@ def test_null_value_defaults_by_format() -> None:
 def test_decode_vocabulary_is_the_decoders() -> None:
     """The spec checks decode.schema without importing pandas; it must agree with the decoder."""
     from rewind.core.columns import RESERVED_PREFIXES
-    from rewind.spec import _JSON_TYPES, _RESERVED_PREFIXES
+    from rewind.spec.values import _JSON_TYPES, _RESERVED_PREFIXES
     from rewind.translate import json_decoder
 
     assert set(_JSON_TYPES) == set(json_decoder.JSON_TYPE_NAMES)

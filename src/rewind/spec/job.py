@@ -1,0 +1,232 @@
+"""The whole job spec (:class:`JobSpec`) and its example, checked across sections."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any
+
+import yaml
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from rewind.core.windows import WindowRequest
+from rewind.secrets import mask
+from rewind.spec.errors import _Bad, _Plain
+from rewind.spec.run import Guards, Quarantine, RunSettings
+from rewind.spec.source import Source
+from rewind.spec.targets import Sink
+from rewind.spec.transform import Decode, Translate
+from rewind.spec.values import _QUARANTINE_NAME, _SLUG, _fill, _iso, _Model
+from rewind.spec.verify import (
+    Verify,
+)
+
+EXAMPLE_SPEC = """\
+name: repair-order-totals
+description: Recompute order totals after the rounding bug of October
+source:
+  kafka: {topics: [orders], from: "2026-10-01T00:00:00Z", to: "2026-10-08T00:00:00Z"}
+decode: json                     # or avro (Confluent wire format), or raw
+translate:
+  function: my_pkg.orders:to_order_total    # or sql: "SELECT ... FROM events"
+  version: "2"
+key: [order_id]                  # business key of the output
+sink:
+  iceberg: {table: analytics.order_totals}
+guards:
+  max_records_per_second: 50000
+  max_records: 50000000
+"""
+class JobSpec(_Model):
+    """A backfill job: read a window, decode, translate, write, within guards."""
+
+    name: str = Field(
+        description=(
+            "Job name: lowercase letters, digits, `-` and `_` (at most 63); used in ids and topic names."
+        ),
+    )
+    description: str | None = Field(
+        default=None, description="Free text for people; not part of the fingerprint."
+    )
+    source: Source = Field(description="Where the records come from.")
+    decode: Decode = Field(
+        description="How values are decoded: `json`, `avro`, `raw`, or a mapping with `format` and options.",
+        json_schema_extra={"doc_type": "string or mapping, see `decode`"},
+    )
+    translate: Translate = Field(description="The transformation and its version.")
+    key: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Business key of the output rows (column names). Empty: append-only, keyed by the "
+            "event id `_rewind_event_id`."
+        ),
+    )
+    sink: Sink = Field(description="Where the output goes.")
+    guards: Guards = Field(default_factory=lambda: Guards(), description="Limits of the run.")
+    run: RunSettings = Field(default_factory=lambda: RunSettings(), description="Work units and leases.")
+    quarantine: Quarantine = Field(
+        default_factory=lambda: Quarantine(), description="Where rejected records go."
+    )
+    verify: Verify | None = Field(
+        default=None,
+        description=(
+            "How `rewind verify` reconciles staging with a reference; absent: `{reference: {target: true}}`."
+        ),
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _SLUG.fullmatch(name):
+            raise _Bad(
+                "not a slug",
+                "use 1-63 lowercase letters, digits, - and _, starting with a letter or digit "
+                "(it goes into ids and topic names), like repair-order-totals",
+                got=name,
+            )
+        return name
+
+    @field_validator("decode", mode="before")
+    @classmethod
+    def _decode(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.strip().lower() not in ("json", "avro", "raw"):
+                raise _Bad(
+                    "unknown format",
+                    "allowed: json, avro, raw, or a mapping with format: and options",
+                    got=value,
+                )
+            return {"format": value.strip().lower()}
+        return value
+
+    @field_validator("guards", "run", "quarantine", mode="before")
+    @classmethod
+    def _empty_section(cls, value: Any) -> Any:
+        return {} if value is None else value  # `guards:` with nothing under it
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, key: list[str]) -> list[str]:
+        for i, column in enumerate(key):
+            if not column.strip():
+                raise _Bad("empty column name", "list column names of the output", got=column, at=(i,))
+            if column in key[:i]:
+                raise _Bad(f"column '{column}' is listed twice", "list each column once", got=key)
+        return key
+
+    @model_validator(mode="after")
+    def _across(self) -> JobSpec:
+        schema = self.translate.output_schema
+        if schema is not None:
+            for i, column in enumerate(self.key):
+                if column not in schema:
+                    raise _Bad(
+                        "not a column of translate.output_schema",
+                        f"key columns are output columns: {', '.join(schema)}",
+                        got=column,
+                        at=("key", i),
+                    )
+        iceberg = self.sink.iceberg
+        if self.quarantine.table is None:
+            namespace = iceberg.namespace if iceberg else "rewind"
+            _fill(self, "quarantine", Quarantine(table=f"{namespace}.{_QUARANTINE_NAME}"))
+        if iceberg and iceberg.table == self.quarantine.table:
+            raise _Bad(
+                "the sink table is the quarantine table",
+                "give the quarantine its own table",
+                got=self.quarantine.table,
+                at=("quarantine", "table"),
+            )
+        if any(self.sink.window_bounds):
+            self._replaced_within_source()
+        postgres = self.sink.postgres
+        if postgres is not None and postgres.window_column and self.translate.fold is None:
+            raise _Bad(
+                "used only with translate.fold",
+                "a fold's rows are kept inside the window; remove it or add translate.fold",
+                got=postgres.window_column,
+                at=("sink", "postgres", "window_column"),
+            )
+        if self.translate.fold is not None and not (iceberg or (postgres and postgres.mode == "upsert")):
+            raise _Bad(
+                "needs an Iceberg sink or a PostgreSQL sink in upsert mode",
+                "a fold writes one row per key: write the read model to sink.iceberg or sink.postgres",
+                got=self.translate.fold,
+                at=("translate", "fold"),
+            )
+        kafka_sink, kafka_source = self.sink.kafka, self.source.window
+        if kafka_sink and kafka_source and kafka_sink.topic in kafka_source.topics:
+            raise _Bad(
+                "is a source topic",
+                f"a backfill writes to its own topic, like {kafka_sink.topic}.backfill",
+                got=kafka_sink.topic,
+                at=("sink", "kafka", "topic"),
+            )
+        return self
+
+    def _replaced_within_source(self) -> None:
+        # rows of a replaced window the source does not cover would be deleted and never rewritten
+        window = self.source.window
+        lo, hi = window.from_, window.to
+        kind = self.sink.kind
+        start, end = self.sink.window_bounds
+        if not (isinstance(lo, datetime) and isinstance(hi, datetime)):
+            raise _Bad(
+                "needs a source window given as times",
+                "give source from/to as ISO times, or drop window_from/window_to",
+                at=("sink", kind, "window_from" if start else "window_to"),
+            )
+        for name, value in (("window_from", start), ("window_to", end)):
+            if value is not None and not lo <= value <= hi:
+                raise _Bad(
+                    "outside the source window",
+                    f"the replaced window must lie within the source window {_iso(lo)} .. {_iso(hi)}",
+                    got=_Plain(_iso(value)),
+                    at=("sink", kind, name),
+                )
+
+    # -- derived ----------------------------------------------------------------------------
+
+    def replaced_window(self) -> tuple[datetime, datetime] | None:
+        """The repaired window: the sink's ``window_from``/``window_to``, else the source window;
+        None unless both ends are times."""
+        window = self.source.window
+        start, end = self.sink.window_bounds
+        lo, hi = start or window.from_, end or window.to
+        if isinstance(lo, datetime) and isinstance(hi, datetime):
+            return lo, hi
+        return None
+
+    def window_request(self) -> WindowRequest:
+        """The Kafka source's :meth:`KafkaSource.window_request`."""
+        return self.source.window.window_request()
+
+    def canonical(self) -> dict[str, Any]:
+        """The spec as JSON-ready data: aliases, derived defaults filled in, no nulls."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def public(self) -> dict[str, Any]:
+        """:meth:`canonical` with secrets masked (URL passwords, secret configs): safe to print or store."""
+        data: dict[str, Any] = mask(self.canonical())
+        return data
+
+    def fingerprint(self) -> str:
+        """sha256 (hex) of the canonical JSON (sorted keys, aliases, no nulls, no description).
+
+        The same job gives the same fingerprint whether it came from YAML or Python, with any
+        key order and with derived defaults written out or not; a deterministic plan id can be
+        built on it. ``description`` is left out: rewording it does not make a new job.
+        """
+        data = self.canonical()
+        data.pop("description", None)
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def to_yaml(self) -> str:
+        """The spec as YAML that :func:`parse_spec` reads back into an equal spec."""
+        return yaml.safe_dump(self.canonical(), sort_keys=False, allow_unicode=True, width=100)

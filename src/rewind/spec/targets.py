@@ -1,0 +1,261 @@
+"""The ``sink:`` section: where output goes (an Iceberg table, a SQL table, a Kafka topic)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import (
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from rewind.spec.errors import _Bad
+from rewind.spec.values import (
+    _ICEBERG_TABLE,
+    _LINEAGE_TIME,
+    _PG_IDENT,
+    _TOPIC,
+    _check_window_order,
+    _exactly_one,
+    _fill,
+    _iso,
+    _Model,
+    _verify_time,
+)
+
+
+class IcebergSink(_Model):
+    """Write to an Iceberg table of the catalog in the settings."""
+
+    table: str = Field(description="`namespace.table` (nested namespaces: `a.b.table`).")
+    mode: Literal["append", "replace-window"] = Field(
+        default="append",
+        description=(
+            "`append` adds the output; `replace-window` replaces the rows whose `window_column` "
+            "falls in the window with the output, in one snapshot."
+        ),
+    )
+    window_column: str | None = Field(
+        default=None,
+        description=(
+            "`replace-window` only: the time column that places a row in the window. "
+            f"Default: `{_LINEAGE_TIME}`."
+        ),
+        json_schema_extra={"doc_default": f"`{_LINEAGE_TIME}` for replace-window"},
+    )
+    window_from: datetime | None = Field(
+        default=None,
+        description=(
+            "`replace-window` only: start of the replaced window when it is not the source window "
+            "(a read model keyed by order time reads a few days past the window so every order in it "
+            "is whole). Output rows outside the replaced window are dropped and counted. Default: the "
+            "source window's start."
+        ),
+    )
+    window_to: datetime | None = Field(
+        default=None,
+        description=(
+            "`replace-window` only: end (exclusive) of the replaced window. Default: the source window's end."
+        ),
+    )
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, table: str) -> str:
+        if not _ICEBERG_TABLE.fullmatch(table):
+            raise _Bad("not a namespace.table name", "like analytics.order_totals", got=table)
+        return table
+
+    @field_validator("window_from", "window_to", mode="plain")
+    @classmethod
+    def _window_time(cls, value: Any, info: Any) -> datetime | None:
+        return _verify_time(value, info.field_name)
+
+    @field_serializer("window_from", "window_to")
+    def _dump_window_time(self, value: datetime | None) -> str | None:
+        return None if value is None else _iso(value)
+
+    @model_validator(mode="after")
+    def _window(self) -> IcebergSink:
+        for name in ("window_column", "window_from", "window_to"):
+            if self.mode == "append" and getattr(self, name) is not None:
+                raise _Bad(
+                    "used only by mode replace-window",
+                    "remove it or set mode: replace-window",
+                    got=getattr(self, name),
+                    at=(name,),
+                )
+        if self.mode == "replace-window" and self.window_column is None:
+            _fill(self, "window_column", _LINEAGE_TIME)
+        _check_window_order(self.window_from, self.window_to, "replaced")
+        return self
+
+    @property
+    def namespace(self) -> str:
+        return self.table.rsplit(".", 1)[0]
+class PostgresSink(_Model):
+    """Write to a PostgreSQL table (a service's read model)."""
+
+    table: str = Field(description="`schema.table` or `table` (in the search path).")
+    url: str | None = Field(
+        default=None,
+        description=(
+            "`postgresql://user@host/db` (or `sqlite:///file.db`, the embedded SQL sink). Default: "
+            "the ledger's URL when it is PostgreSQL. Keep passwords out of "
+            "spec files (use the settings or PGPASSWORD)."
+        ),
+    )
+    mode: Literal["upsert", "append"] = Field(
+        default="upsert",
+        description="`upsert` on `key` (on the event id when `key` is empty), or `append`.",
+    )
+    window_column: str | None = Field(
+        default=None,
+        description=(
+            "With `translate.fold`: the output column that places a folded row in the repaired window. "
+            "Folded rows outside `[window_from, window_to)` are dropped and counted (an entity cut by "
+            "the window's edge would be folded from part of its events)."
+        ),
+    )
+    window_from: datetime | None = Field(
+        default=None,
+        description="With `window_column`: start of the repaired window. Default: the source window's start.",
+    )
+    window_to: datetime | None = Field(
+        default=None,
+        description=(
+            "With `window_column`: end (exclusive) of the repaired window. Default: the source window's end."
+        ),
+    )
+
+    @field_validator("window_from", "window_to", mode="plain")
+    @classmethod
+    def _window_time(cls, value: Any, info: Any) -> datetime | None:
+        return _verify_time(value, info.field_name)
+
+    @field_serializer("window_from", "window_to")
+    def _dump_window_time(self, value: datetime | None) -> str | None:
+        return None if value is None else _iso(value)
+
+    @model_validator(mode="after")
+    def _window(self) -> PostgresSink:
+        for name in ("window_from", "window_to"):
+            if getattr(self, name) is not None and self.window_column is None:
+                raise _Bad(
+                    "needs window_column", "name the column that places a row in the window", at=(name,)
+                )
+        _check_window_order(self.window_from, self.window_to, "repaired")
+        return self
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, table: str) -> str:
+        parts = table.split(".")
+        if len(parts) > 2 or not all(_PG_IDENT.fullmatch(p) and len(p) <= 63 for p in parts):
+            raise _Bad(
+                "not a schema.table name",
+                "like public.order_totals: 1 or 2 identifiers of at most 63 letters, digits, _ or $",
+                got=table,
+            )
+        return table
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        # sqlite:/// is the embedded SQL sink (the same table semantics, one process)
+        if url is not None and not re.match(r"(postgres(ql)?(\+\w+)?|sqlite)://", url):
+            raise _Bad(
+                "not a PostgreSQL or SQLite URL",
+                "like postgresql://user@host:5432/db or sqlite:///path/to/file.db",
+                got=url,
+            )
+        return url
+class KafkaSink(_Model):
+    """Produce the output to a Kafka topic dedicated to the backfill."""
+
+    topic: str | None = Field(
+        default=None,
+        description="Target topic; never a source topic. Default: `<source topic>.backfill.<run id>`.",
+        json_schema_extra={"doc_default": "`<source topic>.backfill.<run id>`"},
+    )
+    partitions: int | None = Field(
+        default=None,
+        gt=0,
+        description="Partitions of the topic when Rewind creates it. Default: as the source topic.",
+    )
+    transactional: bool = Field(
+        default=False,
+        description=(
+            "Write each commit (a wave of work units, with its bookkeeping marker) in one Kafka "
+            "transaction; consumers read with read_committed."
+        ),
+    )
+    configs: dict[str, str] = Field(
+        default_factory=dict,
+        description="Topic configs when Rewind creates the topic, like `{retention.ms: 604800000}`.",
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, topic: str | None) -> str | None:
+        if topic is not None and (not _TOPIC.fullmatch(topic) or topic in (".", "..")):
+            raise _Bad(
+                "not a topic name", "a topic name is 1-249 of letters, digits, '.', '_' and '-'", got=topic
+            )
+        return topic
+
+    @field_validator("configs", mode="before")
+    @classmethod
+    def _configs(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        return {
+            str(k): (str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v)
+            for k, v in value.items()
+        }
+class Sink(_Model):
+    """Where the output goes: exactly one kind of sink."""
+
+    KINDS: ClassVar[tuple[str, ...]] = ("iceberg", "postgres", "kafka")
+
+    iceberg: IcebergSink | None = Field(default=None, description="An Iceberg table.")
+    postgres: PostgresSink | None = Field(default=None, description="A PostgreSQL table.")
+    kafka: KafkaSink | None = Field(default=None, description="A Kafka topic.")
+
+    @property
+    def window_column(self) -> str | None:
+        """The output column that places a row in the repaired window, when the sink has one."""
+        if self.iceberg is not None and self.iceberg.mode == "replace-window":
+            return self.iceberg.window_column
+        return self.postgres.window_column if self.postgres is not None else None
+
+    @property
+    def window_bounds(self) -> tuple[datetime | None, datetime | None]:
+        """``window_from``/``window_to`` of the sink (None where the source window applies)."""
+        found = self.iceberg or self.postgres
+        if found is None:
+            return None, None
+        return found.window_from, found.window_to
+
+    @model_validator(mode="after")
+    def _one(self) -> Sink:
+        _exactly_one(self, self.KINDS, "sink")
+        return self
+
+    @property
+    def kind(self) -> Literal["iceberg", "postgres", "kafka"]:
+        """The name of the sink given."""
+        if self.iceberg is not None:
+            return "iceberg"
+        return "postgres" if self.postgres is not None else "kafka"
+
+    @property
+    def target(self) -> IcebergSink | PostgresSink | KafkaSink:
+        """The one sink model given."""
+        target = next(t for t in (self.iceberg, self.postgres, self.kafka) if t is not None)
+        return target
