@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 from rewind.sinks.files import write_parquet
+from rewind.sinks.sql import load
 from rewind.sinks.sql.backend import COUNTS_KEY
 from rewind.sinks.sql.exceptions import SqlSinkError, TargetMoved
 from rewind.sinks.sql.sink import SqlSink, SqlStaging
@@ -203,13 +204,13 @@ def test_a_crash_inside_commit_leaves_neither_rows_nor_units(
 ) -> None:
     sink = new_sink
     staging = sink.prepare("r-4", SCHEMA)
-    real = SqlSink._load
+    real = load.load_files
 
-    def load_then_die(self: SqlSink, *args: Any) -> Any:
-        real(self, *args)  # the rows are in staging, inside the transaction...
+    def load_then_die(*args: Any) -> Any:
+        real(*args)  # the rows are in staging, inside the transaction...
         raise KeyboardInterrupt("killed")  # ...when the process dies
 
-    monkeypatch.setattr(SqlSink, "_load", load_then_die)
+    monkeypatch.setattr(load, "load_files", load_then_die)
     with pytest.raises(KeyboardInterrupt):
         commit(sink, staging, "u1", rows("r-4", [(1, 1, 1.0), (2, 2, 2.0)]))
     monkeypatch.undo()

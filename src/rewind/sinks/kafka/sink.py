@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +89,7 @@ from typing import TYPE_CHECKING, Any
 from rewind import faults
 from rewind.core.arrow import schema_from_b64, schema_to_b64
 from rewind.sinks.base import Swap
+from rewind.sinks.kafka.publish import cleanup_topic, promote_topic, withdraw_topic
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,9 +104,7 @@ from rewind.sinks.kafka.bookkeeping import (
     ensure_bookkeeping_topic,
     now_iso,
     probe_read_committed,
-    published_view,
     read_run_log,
-    short_error,
     units_digest,
     write_bookkeeping,
 )
@@ -114,15 +112,12 @@ from rewind.sinks.kafka.commit_writer import CommitWriter, DecodeRecords, event_
 from rewind.sinks.kafka.exceptions import KafkaSinkError
 from rewind.sinks.kafka.topics import (
     DEFAULT_TOPIC_CONFIGS,
-    TIMEOUT_S,
     TOPIC_NAME,
     create_topic,
     high_watermarks,
     record_count,
     replication_of,
     source_configs,
-    topic_is_there,
-    wait_until,
 )
 
 log = logging.getLogger(__name__)
@@ -503,61 +498,11 @@ class KafkaTopicSink:
         under-report); (3) check the offsets can hold the rows the commits recorded; (4) write
         the ``published`` record.
         """
-        runlog = read_run_log(self.conf, staging.bookkeeping, staging.run_id)
-        before = runlog.publication
-        if runlog.state == "published":
-            return Swap(self.target, "promote", None, published_view(before), True)
-        if runlog.state == "deleted":
-            raise KafkaSinkError(f"topic {staging.topic} was deleted by `rewind cleanup`; nothing to promote")
-        if not topic_is_there(self.conf, staging.topic):
-            raise KafkaSinkError(f"topic {staging.topic} does not exist; nothing to promote")
-        ends = high_watermarks(self.conf, staging.topic)
-        span = sum(ends[p] - staging.start_offsets.get(p, 0) for p in ends)
-        if span < runlog.rows:
-            raise KafkaSinkError(
-                f"topic {staging.topic} spans {span} offsets but the run committed {runlog.rows} rows: "
-                "records were removed (retention? DeleteRecords?); re-run the backfill"
-            )
-        publication = {
-            "kind": "publication",
-            "state": "published",
-            "run_id": staging.run_id,
-            "topic": staging.topic,
-            "partitions": staging.partitions,
-            "start_offsets": {str(p): o for p, o in sorted(staging.start_offsets.items())},
-            "end_offsets": {str(p): o for p, o in sorted(ends.items())},
-            "records": runlog.rows,
-            "commits": len(runlog.commits),
-            "read_committed": staging.read_committed,
-            "transactional": staging.transactional,
-            "at": now_iso(),
-        }
-        self._publish(staging, publication, "promote")
-        return Swap(self.target, "promote", published_view(before), published_view(publication), False)
+        return promote_topic(self, staging)
 
     def rollback(self, staging: KafkaStaging, promoted: dict[str, Any]) -> Swap:
         """Record the topic as ``withdrawn``; idempotent. The topic stays until ``rewind cleanup``."""
-        runlog = read_run_log(self.conf, staging.bookkeeping, staging.run_id)
-        after = {"topic": staging.topic, "state": "withdrawn"}
-        if runlog.state in ("withdrawn", "deleted"):
-            return Swap(self.target, "rollback", promoted.get("after"), after, True)
-        withdrawn = {
-            "kind": "publication",
-            "state": "withdrawn",
-            "run_id": staging.run_id,
-            "topic": staging.topic,
-            "withdrawn": runlog.publication,
-            "at": now_iso(),
-        }
-        self._publish(staging, withdrawn, "rollback")
-        return Swap(self.target, "rollback", promoted.get("after"), after, False)
-
-    def _publish(self, staging: KafkaStaging, record: dict[str, Any], action: str) -> None:
-        """Write the run's publication record (the one durable step of a promote or rollback)
-        between the fault points ``kafka-<action>-before-commit`` and ``-after-commit``."""
-        faults.point(f"kafka-{action}-before-commit")
-        write_bookkeeping(self.conf, staging.bookkeeping, f"{staging.run_id}/publication", record)
-        faults.point(f"kafka-{action}-after-commit")
+        return withdraw_topic(self, staging, promoted)
 
     def cleanup(self, staging: KafkaStaging) -> dict[str, Any]:
         """Delete the run's topic and spool files; refused while the topic is published.
@@ -566,50 +511,7 @@ class KafkaTopicSink:
         left to its owner). The run's bookkeeping stays, marked ``deleted``, so the run cannot
         be resumed or promoted into a missing topic. Idempotent.
         """
-        from rewind.kafka.clients import admin as make_admin
-
-        runlog = read_run_log(self.conf, staging.bookkeeping, staging.run_id)
-        if runlog.state == "published":
-            raise KafkaSinkError(
-                f"topic {staging.topic} is published (consumers may be reading it); "
-                f"`rewind rollback {staging.run_id}` first, then clean up"
-            )
-        exists = topic_is_there(self.conf, staging.topic)
-        deleted = False
-        if exists and staging.created:
-            admin = make_admin(self.conf)
-            try:
-                for fut in admin.delete_topics([staging.topic], operation_timeout=TIMEOUT_S).values():
-                    fut.result(timeout=TIMEOUT_S)
-            except Exception as exc:
-                raise KafkaSinkError(f"could not delete topic {staging.topic}: {short_error(exc)}") from exc
-            wait_until(lambda: not topic_is_there(self.conf, staging.topic), f"topic {staging.topic} deleted")
-            deleted = True
-        spool = self.spool_dir / staging.run_id
-        spool_removed = spool.exists()
-        shutil.rmtree(spool, ignore_errors=True)
-        if runlog.state != "deleted":
-            write_bookkeeping(
-                self.conf,
-                staging.bookkeeping,
-                f"{staging.run_id}/publication",
-                {
-                    "kind": "publication",
-                    "state": "deleted",
-                    "run_id": staging.run_id,
-                    "topic": staging.topic,
-                    "topic_deleted": deleted,
-                    "at": now_iso(),
-                },
-            )
-        return {
-            "run_id": staging.run_id,
-            "topic": staging.topic,
-            "deleted": deleted,
-            "already_gone": not exists,
-            "kept": exists and not staging.created,
-            "spool_removed": spool_removed,
-        }
+        return cleanup_topic(self, staging)
 
     # -- bookkeeping --------------------------------------------------------------------------
 

@@ -74,6 +74,7 @@ from rewind.core.columns import (
 from rewind.secrets import mask_url
 from rewind.sinks.base import Swap
 from rewind.sinks.sql.checks import check_output, check_same_shape, check_staging, check_target
+from rewind.sinks.sql.load import unspool, write_files
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -92,7 +93,7 @@ from rewind.sinks.sql.backend import (
     Tx,
     sqlalchemy_url,
 )
-from rewind.sinks.sql.encoding import files_have_duplicates, files_schema, uri_path
+from rewind.sinks.sql.encoding import uri_path
 from rewind.sinks.sql.exceptions import SqlSinkError, first_line
 from rewind.sinks.sql.names import TableName, key_index_name, prev_name, run_tag, staging_name
 from rewind.sinks.sql.postgres import PostgresBackend
@@ -446,105 +447,15 @@ class SqlSink:
             if repeat:
                 log.info("commit of %d units into %s: already committed", len(unit_ids), sname)
             else:
-                rows, path, new = self._write(tx, sname, run_id, unit_ids, done, files, counts)
+                rows, path, new = write_files(self, tx, sname, run_id, unit_ids, done, files, counts)
         # 6. committed; 7. the spool is not needed any more
-        self._unspool(staging, files)
+        unspool(self, staging, files)
         if repeat:
             return {"rows": 0, "path": "already-committed", "units": 0, "seconds": 0.0}
         seconds = time.monotonic() - started
         log.info("committed %d rows of %d units into %s (%s) in %.2fs", rows, len(new), sname, path, seconds)
         return {"rows": rows, "path": path, "units": len(new), "seconds": round(seconds, 3)}
 
-    def _write(
-        self,
-        tx: Tx,
-        sname: TableName,
-        run_id: str,
-        unit_ids: list[str],
-        done: set[str],
-        files: list[str],
-        counts: dict[str, Any],
-    ) -> tuple[int, str, list[str]]:
-        """Steps 3 to 5 of :meth:`commit`, inside its transaction."""
-        from sqlalchemy import insert
-
-        if done:
-            log.warning(
-                "units %s were committed already; their rows are re-applied idempotently", sorted(done)
-            )
-        # 3. staging's columns before anything is written
-        columns = self._file_columns(files)
-        check_staging(self, tx, sname, files_schema(files, columns))
-        # 4. the rows
-        rows, path = self._load(tx, sname, columns, files)
-        # 5. the units, with their counts
-        now = datetime.now(UTC)
-        new = [u for u in unit_ids if u not in done]
-        if new:
-            tx.conn.execute(
-                insert(self._tables(tx).units),
-                [
-                    {
-                        "run_id": run_id,
-                        "unit_id": uid,
-                        "staging": sname.name,
-                        "counts": json.dumps(counts.get(uid, {}), sort_keys=True),
-                        "rows_out": int(counts.get(uid, {}).get("rows_out", 0) or 0),
-                        "committed_at": now,
-                    }
-                    for uid in new
-                ],
-            )
-        return rows, path, new
-
-    def _file_columns(self, files: list[str]) -> list[str]:
-        if not files:
-            return []
-        import pyarrow.fs as pafs
-        import pyarrow.parquet as pq
-
-        fs, path = pafs.FileSystem.from_uri(files[0])
-        with fs.open_input_file(path) as handle:
-            return list(pq.ParquetFile(handle).schema_arrow.names)
-
-    def _load(self, tx: Tx, sname: TableName, columns: list[str], files: list[str]) -> tuple[int, str]:
-        if not files:
-            return 0, "none"
-        conflict = self.conflict_columns
-        if self.is_sqlite:
-            return self._backend.upsert_rows(tx, sname, columns, files, conflict, self.mode), "upsert"
-        pg = self._backend
-        assert isinstance(pg, PostgresBackend)
-        direct = self._direct[sname.name] if sname.name in self._direct else self._starts_empty(tx, sname)
-        if direct:
-            rows = pg.copy_direct(tx, sname, columns, files)
-            if rows is not None:
-                return rows, "copy"
-            self._direct[sname.name] = False
-            log.info("staging %s has conflicts: loading through a temporary table from now on", sname)
-        dedupe = self.mode == "upsert" and files_have_duplicates(files, conflict)
-        return pg.copy_upsert(tx, sname, columns, files, conflict, self.mode, dedupe), "upsert"
-
-    def _starts_empty(self, tx: Tx, sname: TableName) -> bool:
-        from sqlalchemy import select
-
-        book = self._tables(tx)
-        existed = tx.conn.execute(
-            select(book.stagings.c.target_existed).where(book.stagings.c.staging == sname.name)
-        ).scalar()
-        direct = not existed
-        self._direct[sname.name] = direct
-        return direct
-
-    def _unspool(self, staging: SqlStaging, files: list[str]) -> None:
-        root = Path(uri_path(staging.spool))
-        for f in files:
-            if not f.startswith("file:"):
-                continue
-            path = Path(uri_path(f))
-            if root in path.parents:
-                with contextlib.suppress(OSError):
-                    path.unlink()
 
     # -- publishing -----------------------------------------------------------------------
 
