@@ -11,6 +11,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -127,3 +129,84 @@ def test_the_check_sees_upward_imports_even_when_lazy(tmp_path: Path) -> None:
     bad = upward(imports_of(pkg / "sinks" / "x.py", root=tmp_path))
     assert [b.split(":")[1].split(" ")[0] for b in bad] == ["4", "6"]
     assert "rewind.job" in bad[1] and "inside a function" in bad[1]
+
+
+MAX_LINES = 600
+"""No source file grows past this; split along the file's own seams (see docs/architecture.md)."""
+
+
+def runtime_imports(path: Path, root: Path = SRC) -> set[str]:
+    """Modules of rewind that ``path`` imports when it runs: at module level or inside a
+    function, but not under ``TYPE_CHECKING`` (type-only imports cannot form a runtime cycle)."""
+    known = {module_name(p, root) for p in (root / "rewind").rglob("*.py")}
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                out.update(a.name for a in child.names if a.name in known)
+            elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
+                for alias in child.names:
+                    sub = f"{child.module}.{alias.name}"
+                    out.add(sub if sub in known else child.module)
+            visit(child)
+
+    visit(ast.parse(path.read_text(), filename=str(path)))
+    return {m for m in out if m in known} - {module_name(path, root)}
+
+
+def import_cycles(root: Path = SRC) -> list[list[str]]:
+    """Strongly connected groups of more than one module in the runtime import graph."""
+    graph = {module_name(p, root): runtime_imports(p, root) for p in (root / "rewind").rglob("*.py")}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's algorithm
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in order:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            group = []
+            while (w := stack.pop()) != v:
+                group.append(w)
+            if group:
+                cycles.append(sorted([v, *group]))
+
+    for v in sorted(graph):
+        if v not in order:
+            connect(v)
+    return cycles
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """In-function imports are for laziness only, never to hide a cycle."""
+    assert import_cycles() == []
+
+
+def test_the_cycle_check_finds_a_cycle_behind_an_in_function_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "rewind" / "sinks"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("from rewind.sinks.b import f\nfrom rewind.sinks import c\n")
+    (pkg / "b.py").write_text("def f():\n    from rewind.sinks import a\n")  # a cycle, hidden
+    # a type-only import back is not a cycle at run time
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rewind.sinks import a\n"
+    )
+    assert import_cycles(tmp_path) == [["rewind.sinks.a", "rewind.sinks.b"]]
+
+
+@pytest.mark.parametrize(
+    "path", sorted((SRC / "rewind").rglob("*.py")), ids=lambda p: str(p.relative_to(SRC))
+)
+def test_no_source_file_is_a_god_file(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(SRC)} has {lines} lines (at most {MAX_LINES})"

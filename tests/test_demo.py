@@ -16,7 +16,8 @@ import pytest
 
 from rewind.config import Settings
 from rewind.demo import orders as domain
-from rewind.demo.story import DemoFailed, Window, _check_main, run_demo
+from rewind.demo.errors import DemoFailed
+from rewind.demo.story import Window, _check_main, run_demo
 from rewind.job.service import open_ledger, show_run
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewind.demo import orders as domain
+from rewind.demo.errors import DemoFailed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -176,8 +177,6 @@ def _produce(settings: Settings, topic: str, history: domain.History) -> list[li
                 producer.poll(0.05)
     left = producer.flush(60)
     if left:
-        from rewind.demo.story import DemoFailed
-
         raise DemoFailed(f"demo step 'scene': {left} records of {topic} were not delivered")
     return offsets
 

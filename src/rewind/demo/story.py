@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewind.demo import orders as domain
-from rewind.errors import RewindError
+from rewind.demo.errors import DemoFailed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,8 +45,6 @@ SEAM_DAY = 50
 BUG_FROM_DAY, BUG_DAYS = 47, 5
 
 
-class DemoFailed(RewindError):
-    """A step of the demo did not give the result the story expects."""
 
 
 def expect(condition: bool, step: str, message: str) -> None:

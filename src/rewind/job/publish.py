@@ -3,7 +3,7 @@
 Promotion gates, in order: the run succeeded; its conservation law held (records read =
 emitted + quarantined + filtered, from the ledger); the latest verification of the run
 passed. ``force`` with a ``reason`` overrides the gates and the reason is recorded. The swap
-itself is one atomic catalog operation (see :mod:`rewind.sinks.iceberg_publish`); the
+itself is one atomic catalog operation (see :mod:`rewind.sinks.iceberg.publish`); the
 ledger is updated after it (audit entry, then run state: :func:`_record`), and a re-run after
 a crash (kill -9 at any point) finds the swap done and records it, once.
 """

@@ -17,11 +17,8 @@ duplicates nothing, because resume asks :meth:`IcebergSink.committed_units`.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-
-from rewind.errors import RewindError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,59 +27,18 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from rewind.sinks.base import Swap
+from rewind.sinks.iceberg.publish import promote, rollback
+from rewind.sinks.iceberg.read import read_iceberg
+from rewind.sinks.iceberg.staging import (
+    COUNTS_PROPERTY,
+    RUN_PROPERTY,
+    UNITS_PROPERTY,
+    IcebergSinkError,
+    IcebergStaging,
+    split_identifier,
+)
 
 log = logging.getLogger(__name__)
-
-RUN_PROPERTY = "rewind.run-id"
-UNITS_PROPERTY = "rewind.units"
-COUNTS_PROPERTY = "rewind.unit-counts"
-FINALIZED_PROPERTY = "rewind.finalized"
-"""Marks the commit that replaced a run's partial rows by its folded rows (:mod:`rewind.job.finalize`)."""
-FOLD_COUNTS_PROPERTY = "rewind.fold-counts"
-
-
-class IcebergSinkError(RewindError):
-    """The Iceberg target or its staging cannot be used as asked."""
-
-
-@dataclass(frozen=True)
-class IcebergStaging:
-    """Where a run's output lives before promotion."""
-
-    target: str
-    table: str
-    branch: str | None
-    base_snapshot_id: int | None
-    created_table: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": "iceberg", **asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> IcebergStaging:
-        return cls(
-            data["target"],
-            data["table"],
-            data.get("branch"),
-            data.get("base_snapshot_id"),
-            bool(data.get("created_table")),
-        )
-
-    @property
-    def ref(self) -> str:
-        return self.branch or "main"
-
-    def describe(self) -> str:
-        return f"{self.table}@{self.branch}" if self.branch else self.table
-
-
-def _split(identifier: str) -> tuple[str, str]:
-    if identifier.count(".") < 1:
-        raise IcebergSinkError(f"sink.iceberg.table {identifier!r}: expected namespace.table")
-    namespace, _, name = identifier.rpartition(".")
-    return namespace, name
-
-
 class IcebergSink:
     """Writes a run's output into Iceberg staging, one commit per batch of work units."""
 
@@ -98,7 +54,7 @@ class IcebergSink:
         window_column: str | None = None,
         window: tuple[datetime, datetime] | None = None,
     ) -> None:
-        _split(table)
+        split_identifier(table)
         self.catalog = catalog
         self.table_name = table
         self.mode = mode
@@ -164,7 +120,7 @@ class IcebergSink:
         if target is None:
             staging = self.table_staging(run_id)
             if self._load(staging.table) is None:
-                namespace, _ = _split(staging.table)
+                namespace, _ = split_identifier(staging.table)
                 self.catalog.create_namespace_if_not_exists(namespace)
                 self.catalog.create_table(staging.table, schema=schema, properties={RUN_PROPERTY: run_id})
             return staging
@@ -288,13 +244,9 @@ class IcebergSink:
     # -- publishing -----------------------------------------------------------------------
 
     def promote(self, staging: IcebergStaging, rebase: bool = False) -> Swap:
-        from rewind.sinks.iceberg_publish import promote
-
         return promote(self, staging, rebase=rebase)
 
     def rollback(self, staging: IcebergStaging, promoted: dict[str, Any]) -> Swap:
-        from rewind.sinks.iceberg_publish import rollback
-
         return rollback(self, staging, promoted)
 
     def cleanup(self, staging: IcebergStaging) -> dict[str, Any]:
@@ -323,44 +275,6 @@ class IcebergSink:
         if table is None:
             raise IcebergSinkError(f"staging table {staging.table} does not exist")
         return read_iceberg(spark, table, staging.ref)
-
-
-def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFrame:
-    """Read an Iceberg table (at a ref) into Spark: pyiceberg plans the files, Spark reads them.
-
-    Refuses what this simple path cannot read correctly: row-level delete files.
-    """
-    snapshot = table.snapshot_by_name(ref)
-    schema = table.schema().as_arrow()
-    if snapshot is None:
-        import pyarrow as pa
-
-        return spark.createDataFrame(
-            pa.Table.from_batches([], schema=schema).to_pandas(), _spark_schema(schema)
-        )
-    tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
-    with_deletes = [t.file.file_path for t in tasks if t.delete_files]
-    if with_deletes:
-        raise IcebergSinkError(
-            f"{'.'.join(table.name())} has row-level delete files (e.g. on {with_deletes[0]}); "
-            "Rewind reads only copy-on-write tables here: compact the table first"
-        )
-    paths = [t.file.file_path for t in tasks]
-    if not paths:
-        import pyarrow as pa
-
-        return spark.createDataFrame(
-            pa.Table.from_batches([], schema=schema).to_pandas(), _spark_schema(schema)
-        )
-    return spark.read.schema(_spark_schema(schema)).parquet(*paths)
-
-
-def _spark_schema(schema: pa.Schema) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
-
-
 def _check_compatible(name: str, table: Table, schema: pa.Schema) -> None:
     from pyiceberg.io.pyarrow import pyarrow_to_schema
 
@@ -385,8 +299,6 @@ def _check_compatible(name: str, table: Table, schema: pa.Schema) -> None:
                     f"output column {field.name} is {field.field_type}, {name} has {target.field_type}; "
                     "cast it in the translate"
                 )
-
-
 def _promotable(source: Any, target: Any) -> bool:
     from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType
 

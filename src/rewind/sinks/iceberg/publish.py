@@ -28,10 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.sinks.base import Swap
-from rewind.sinks.iceberg import (
+from rewind.sinks.iceberg.staging import (
     FINALIZED_PROPERTY,
     UNITS_PROPERTY,
-    IcebergSink,
     IcebergSinkError,
     IcebergStaging,
 )
@@ -40,6 +39,8 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
+
+    from rewind.sinks.iceberg.sink import IcebergSink
 
 REBASE_PROPERTY = "rewind.rebase-of"
 """Snapshot summary key on the snapshots of a rebase commit: the staging branch re-applied."""

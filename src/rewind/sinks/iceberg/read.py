@@ -1,0 +1,46 @@
+"""Reading an Iceberg table (or one of its branches) into Spark."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
+
+from rewind.sinks.iceberg.staging import IcebergSinkError
+
+
+def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFrame:
+    """Read an Iceberg table (at a ref) into Spark: pyiceberg plans the files, Spark reads them.
+
+    Refuses what this simple path cannot read correctly: row-level delete files.
+    """
+    snapshot = table.snapshot_by_name(ref)
+    schema = table.schema().as_arrow()
+    if snapshot is None:
+        import pyarrow as pa
+
+        return spark.createDataFrame(
+            pa.Table.from_batches([], schema=schema).to_pandas(), _spark_schema(schema)
+        )
+    tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+    with_deletes = [t.file.file_path for t in tasks if t.delete_files]
+    if with_deletes:
+        raise IcebergSinkError(
+            f"{'.'.join(table.name())} has row-level delete files (e.g. on {with_deletes[0]}); "
+            "Rewind reads only copy-on-write tables here: compact the table first"
+        )
+    paths = [t.file.file_path for t in tasks]
+    if not paths:
+        import pyarrow as pa
+
+        return spark.createDataFrame(
+            pa.Table.from_batches([], schema=schema).to_pandas(), _spark_schema(schema)
+        )
+    return spark.read.schema(_spark_schema(schema)).parquet(*paths)
+def _spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
