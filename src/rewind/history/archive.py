@@ -55,6 +55,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rewind.core.ranges import OffsetRange
+from rewind.history.archive_pass import (
+    CHUNK_RECORDS,
+    ArchivePass,
+    PassResult,
+    ReadVia,
+    Written,
+    commit_pass,
+    data_folder,
+    plan_pass,
+    write_ranges,
+)
 from rewind.history.exceptions import (
     ArchivePositionError,
     HistoryError,
@@ -71,17 +82,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from rewind.config import Settings
-from rewind.history.archive_pass import (
-    CHUNK_RECORDS,
-    ArchivePass,
-    PassResult,
-    ReadVia,
-    Written,
-    commit_pass,
-    data_folder,
-    plan_pass,
-    write_ranges,
-)
 
 log = logging.getLogger(__name__)
 def archive_once(

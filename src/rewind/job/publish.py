@@ -82,7 +82,7 @@ def promote_run(
                 f'promotion of {run_id} refused: {"; ".join(failed)}; fix that, or --force --reason "..."'
             )
         sink, staging = _sink_and_staging(settings, ledger, run_id)
-        if rebase and not getattr(sink, "supports_rebase", False):
+        if rebase and not sink.SUPPORTS_REBASE:
             raise PromotionRefused(
                 f"--rebase is not supported by the {sink.kind} sink of run {run_id}; promote without it"
             )
@@ -91,7 +91,7 @@ def promote_run(
             raise PromotionRefused(
                 f"target {sink.target} is held by run {live.holder}; wait for it to finish"
             )
-        swap = sink.promote(staging, rebase=True) if rebase else sink.promote(staging)
+        swap = sink.promote(staging, rebase=rebase)
         details = {**swap.to_dict(), "forced": bool(failed), "gates_failed": failed, "reason": reason}
         _record(ledger, run_id, "promote", details, "promoted")
         return {
@@ -164,10 +164,9 @@ def cleanup_run(settings: Settings, run_id: str) -> dict[str, Any]:
         live = ledger.lease(sink.target)
         if run.state == "running" and live is not None and live.holder == run_id and _alive(live):
             raise RewindError(f"run {run_id} is running (lease held until {live.expires_at}); stop it first")
-        cleanup = getattr(sink, "cleanup", None)
-        if cleanup is None:
+        if not sink.SUPPORTS_CLEANUP:
             raise RewindError(f"the {sink.kind} sink has nothing to clean up")
-        result = cleanup(staging)
+        result = sink.cleanup(staging)
         scratch = _drop_fold_parts(settings, ledger, run_id)
         if scratch is not None:
             result = {**result, "fold_parts": scratch}

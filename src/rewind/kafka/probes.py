@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from rewind.core.windows import TP
 from rewind.errors import PlanError
+from rewind.kafka.read_plan import Method
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
-from rewind.kafka.read_plan import Method
 
 logger = logging.getLogger(__name__)
 

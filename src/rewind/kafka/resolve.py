@@ -73,11 +73,11 @@ from rewind.core.ranges import OffsetRange
 from rewind.core.windows import EARLIEST, LATEST, TP, Bound, BoundSpec, Timestamp, WindowRequest
 from rewind.errors import PlanError
 from rewind.kafka import clients
+from rewind.kafka.probes import PROBE_SETTINGS, ProbeJob, Prober, TimeAnswer, probe_high, time_job
+from rewind.kafka.read_plan import Method, PartitionPlan, ReadPlan
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import ClusterMetadata
-from rewind.kafka.probes import PROBE_SETTINGS, ProbeJob, Prober, TimeAnswer, probe_high, time_job
-from rewind.kafka.read_plan import Method, PartitionPlan, ReadPlan
 
 logger = logging.getLogger(__name__)
 def _requested_partitions(request: WindowRequest, metadata: ClusterMetadata) -> tuple[list[TP], list[str]]:

@@ -5,13 +5,17 @@ time; the sink makes them part of its staging in ONE atomic step that also recor
 unit ids and their counts (so the sink, not the ledger, knows which units are done). A
 verified staging is then promoted in one atomic step and can be rolled back.
 
-Implementations: :class:`rewind.sinks.iceberg.IcebergSink` (the reference).
+Implementations: :class:`rewind.sinks.iceberg.IcebergSink` (the reference),
+:class:`rewind.sinks.sql.sink.SqlSink` and :class:`rewind.sinks.kafka.sink.KafkaTopicSink`.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+
+from rewind.errors import RewindError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,30 +56,41 @@ class Swap:
 S = TypeVar("S", bound=Staging)
 
 
-class StagingSink(Protocol[S]):
-    """A sink whose staging is of type ``S``."""
+class StagingSink(ABC, Generic[S]):
+    """A sink whose staging is of type ``S``.
 
-    kind: str
+    What a sink can do beyond the protocol is said by class constants, read without calling
+    anything (as SQLMesh's engine adapters do): :attr:`SUPPORTS_REBASE` (``promote(...,
+    rebase=True)`` re-applies staging on a target that moved) and :attr:`SUPPORTS_CLEANUP`
+    (``rewind cleanup`` can drop what a run left behind).
+    """
+
+    kind: ClassVar[str]
+    """Short name in messages and staging records: ``iceberg``, ``postgres``, ``kafka``."""
+    SUPPORTS_REBASE: ClassVar[bool] = False
+    SUPPORTS_CLEANUP: ClassVar[bool] = False
 
     @property
+    @abstractmethod
     def target(self) -> str:
         """``<kind>:<name>``: the lease key of runs writing to it."""
-        ...
 
+    @abstractmethod
     def check(self, schema: pa.Schema) -> str:
         """Raise a one-line RewindError when the output cannot go there; else describe where it goes."""
-        ...
 
+    @abstractmethod
     def prepare(self, run_id: str, schema: pa.Schema) -> S:
         """Create (or, on resume, find again) the staging of ``run_id``."""
-        ...
 
+    @abstractmethod
     def staging_from_dict(self, data: dict[str, Any]) -> S: ...
 
+    @abstractmethod
     def data_folder(self, staging: S) -> str:
         """URI where tasks write the Parquet files later handed to :meth:`commit`."""
-        ...
 
+    @abstractmethod
     def commit(
         self,
         staging: S,
@@ -85,16 +100,27 @@ class StagingSink(Protocol[S]):
         extra: dict[str, str] | None = None,
     ) -> Any:
         """Make ``files`` part of staging together with the unit ids (and ``extra``), atomically."""
-        ...
 
+    @abstractmethod
     def committed_units(self, staging: S, run_id: str) -> set[str]: ...
 
+    @abstractmethod
     def committed_counts(self, staging: S, run_id: str) -> dict[str, dict[str, Any]]:
         """Per-unit counts as recorded by :meth:`commit` (``extra["rewind.unit-counts"]``)."""
-        ...
 
+    @abstractmethod
     def read(self, spark: SparkSession, staging: S) -> DataFrame: ...
 
-    def promote(self, staging: S) -> Swap: ...
+    @abstractmethod
+    def promote(self, staging: S, rebase: bool = False) -> Swap:
+        """Swap staging in atomically; ``rebase`` only where :attr:`SUPPORTS_REBASE`."""
 
+    @abstractmethod
     def rollback(self, staging: S, promoted: dict[str, Any]) -> Swap: ...
+
+    def cleanup(self, staging: S) -> dict[str, Any]:
+        """Drop what the run left that is not the live target (where :attr:`SUPPORTS_CLEANUP`)."""
+        raise RewindError(f"the {self.kind} sink has nothing to clean up")
+
+    def close(self) -> None:
+        """Release connections (a no-op for sinks that hold none)."""

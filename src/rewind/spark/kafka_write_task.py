@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import WriterCommitMessage
 
 from rewind.errors import ConfigError
+from rewind.spark.kafka_write_options import KafkaWriteError, RecordLayout, TimestampKind, WriterOptions
 from rewind.spark.ratelimit import (
     Pacer,
 )
@@ -19,7 +20,6 @@ from rewind.spark.ratelimit import (
 if TYPE_CHECKING:
     import pyarrow as pa
     from confluent_kafka import KafkaError, Message, Producer
-from rewind.spark.kafka_write_options import KafkaWriteError, RecordLayout, TimestampKind, WriterOptions
 
 log = logging.getLogger(__name__)
 

@@ -69,6 +69,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 from rewind.errors import ConfigError
+from rewind.spark.kafka_write_options import FORMAT_NAME, RecordLayout, WriterOptions
+from rewind.spark.kafka_write_task import KafkaWriteCommitMessage, WriteTask
 from rewind.spark.ratelimit import (
     LocalPacer,
     Pacer,
@@ -81,8 +83,6 @@ from rewind.spark.ratelimit import (
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
-from rewind.spark.kafka_write_options import FORMAT_NAME, RecordLayout, WriterOptions
-from rewind.spark.kafka_write_task import KafkaWriteCommitMessage, WriteTask
 
 log = logging.getLogger(__name__)
 WRITE_ONLY_FORMAT_NAME = "rewind-kafka-w"

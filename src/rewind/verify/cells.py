@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from rewind.verify.prepare import NULL_CATEGORY, any_of
 from rewind.verify.rules import Rules
+from rewind.verify.spark_util import Timer
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-from rewind.verify.prepare import NULL_CATEGORY, any_of
-from rewind.verify.spark_util import Timer
 
 FIRST_BITS = 8
 """Key-hash bits of the first level: 256 cells per time bucket (64 per bucket and category)."""

@@ -51,14 +51,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rewind.verify.rules import Rules
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 from rewind.verify.cells import MAX_BUCKETS, MAX_CATEGORIES, CellSearch, first_bits
 from rewind.verify.drill import drill_down, empty_drill
 from rewind.verify.prepare import NULL_CATEGORY, bucket_label, prepare_side
+from rewind.verify.rules import Rules
 from rewind.verify.spark_util import Timer, spark_types
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules: Rules) -> dict[str, Any]:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind.verify.prepare import any_of, bucket_label, truncate_micros
 from rewind.verify.rules import ColumnRule, Rules
+from rewind.verify.spark_util import plain
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-from rewind.verify.prepare import any_of, bucket_label, truncate_micros
-from rewind.verify.spark_util import plain
 
 
 def empty_drill() -> dict[str, Any]:

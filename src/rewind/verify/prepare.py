@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from rewind.verify.rules import ColumnRule, Rules, is_time
+from rewind.verify.spark_util import analysis_error, quiet_query_errors, spark_types
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-from rewind.verify.spark_util import analysis_error, quiet_query_errors, spark_types
 
 NULL_BUCKET = -(2**62)
 """Time bucket of rows whose time is null."""

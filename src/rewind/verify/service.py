@@ -164,7 +164,5 @@ def verify_run(settings: Settings, run_id: str, report_path: str | Path | None =
         ledger.audit(run_id, "verify", summary(report))
         return report
     finally:
-        close = getattr(sink, "close", None)
-        if callable(close):
-            close()
+        sink.close()
         ledger.close()

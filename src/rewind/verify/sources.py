@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from rewind.config import Settings
+    from rewind.sinks.base import StagingSink
     from rewind.spec import JobSpec, PostgresReference, Reference
 
 log = logging.getLogger(__name__)
@@ -249,13 +250,13 @@ def postgres_url(ref: PostgresReference, spec: JobSpec | None, settings: Setting
     )
 
 
-def target_side(spark: SparkSession, sink: Any, staging: Any, staging_df: DataFrame) -> Side:
+def target_side(spark: SparkSession, sink: StagingSink[Any], staging: Any, staging_df: DataFrame) -> Side:
     """The production target the promotion would replace (empty when it does not exist yet)."""
-    kind = getattr(sink, "kind", "")
-    if kind == "iceberg":
-        from pyiceberg.exceptions import NoSuchTableError
+    from rewind.sinks.iceberg import IcebergSink, read_iceberg
+    from rewind.sinks.sql.sink import SqlSink
 
-        from rewind.sinks.iceberg import read_iceberg
+    if isinstance(sink, IcebergSink):
+        from pyiceberg.exceptions import NoSuchTableError  # pyiceberg only when it is needed
 
         name = f"iceberg:{sink.table_name}@main"
         try:
@@ -271,7 +272,7 @@ def target_side(spark: SparkSession, sink: Any, staging: Any, staging_df: DataFr
                 f"verify.reference.target: Iceberg catalog not reachable: {first_line(exc)}"
             ) from exc
         return Side(read_iceberg(spark, table, "main"), name)
-    if kind == "postgres":
+    if isinstance(sink, SqlSink):
         name = f"postgres:{staging.target_table}"
         if not staging.target_existed:
             return Side(
@@ -284,7 +285,7 @@ def target_side(spark: SparkSession, sink: Any, staging: Any, staging_df: DataFr
         except Exception as exc:
             raise ReferenceUnreachable(f"verify.reference.target: {name}: {first_line(exc)}") from exc
     raise VerifyError(
-        f"verify.reference.target: a {kind or 'this'} sink has no production target to compare with "
+        f"verify.reference.target: a {sink.kind} sink has no production target to compare with "
         "(a backfill topic is new); use verify.reference.iceberg, postgres or sql"
     )
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind.sinks.iceberg.staging import IcebergSinkError
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
-
-from rewind.sinks.iceberg.staging import IcebergSinkError
 
 
 def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFrame:

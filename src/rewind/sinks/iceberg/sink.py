@@ -20,13 +20,7 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyiceberg.catalog import Catalog
-    from pyiceberg.table import Table
-    from pyspark.sql import DataFrame, SparkSession
-
-    from rewind.sinks.base import Swap
+from rewind.sinks.base import StagingSink, Swap
 from rewind.sinks.iceberg.publish import promote, rollback
 from rewind.sinks.iceberg.read import read_iceberg
 from rewind.sinks.iceberg.staging import (
@@ -38,12 +32,20 @@ from rewind.sinks.iceberg.staging import (
     split_identifier,
 )
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
+
+
 log = logging.getLogger(__name__)
-class IcebergSink:
+class IcebergSink(StagingSink[IcebergStaging]):
     """Writes a run's output into Iceberg staging, one commit per batch of work units."""
 
     kind = "iceberg"
-    supports_rebase = True
+    SUPPORTS_REBASE = True
+    SUPPORTS_CLEANUP = True
     """``promote(staging, rebase=True)`` re-applies the run's output on a ``main`` that moved."""
 
     def __init__(

@@ -18,10 +18,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from confluent_kafka import Message
-    from confluent_kafka.admin import AdminClient
-
 from rewind.sinks.kafka.exceptions import KafkaSinkError, short_error
 from rewind.sinks.kafka.topics import (
     TIMEOUT_S,
@@ -30,6 +26,10 @@ from rewind.sinks.kafka.topics import (
     topic_is_there,
     wait_for_topic,
 )
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+    from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 

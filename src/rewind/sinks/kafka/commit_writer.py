@@ -15,12 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.arrow import schema_from_b64
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-    from confluent_kafka import KafkaError, Message, Producer
-
-    from rewind.sinks.kafka.records import EncodedBatch
 from rewind.sinks.kafka.bookkeeping import (
     TXN_CALL_TIMEOUT_S,
     KafkaStaging,
@@ -30,6 +24,12 @@ from rewind.sinks.kafka.bookkeeping import (
     transactional_id,
 )
 from rewind.sinks.kafka.exceptions import KafkaSinkError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from confluent_kafka import KafkaError, Message, Producer
+
+    from rewind.sinks.kafka.records import EncodedBatch
 
 if TYPE_CHECKING:  # the sink builds the writer: a runtime import would be a cycle
     from rewind.sinks.kafka.sink import KafkaTopicSink

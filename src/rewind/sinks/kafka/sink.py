@@ -88,15 +88,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.arrow import schema_from_b64, schema_to_b64
-from rewind.sinks.base import Swap
-from rewind.sinks.kafka.publish import cleanup_topic, promote_topic, withdraw_topic
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
-
-    from rewind.config import Settings
-    from rewind.spec import JobSpec
+from rewind.sinks.base import StagingSink, Swap
 from rewind.sinks.kafka.bookkeeping import (
     BOOKKEEPING_TOPIC,
     KafkaStaging,
@@ -110,6 +102,7 @@ from rewind.sinks.kafka.bookkeeping import (
 )
 from rewind.sinks.kafka.commit_writer import CommitWriter, DecodeRecords, event_ids_in, remove_file
 from rewind.sinks.kafka.exceptions import KafkaSinkError
+from rewind.sinks.kafka.publish import cleanup_topic, promote_topic, withdraw_topic
 from rewind.sinks.kafka.topics import (
     DEFAULT_TOPIC_CONFIGS,
     TOPIC_NAME,
@@ -120,12 +113,20 @@ from rewind.sinks.kafka.topics import (
     source_configs,
 )
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from rewind.config import Settings
+    from rewind.spec import JobSpec
+
 log = logging.getLogger(__name__)
 COUNTS_EXTRA = "rewind.unit-counts"
-class KafkaTopicSink:
+class KafkaTopicSink(StagingSink[KafkaStaging]):
     """Writes a run's output into a backfill topic of its own, one commit per batch of units."""
 
     kind = "kafka"
+    SUPPORTS_CLEANUP = True
 
     def __init__(
         self,
@@ -490,7 +491,7 @@ class KafkaTopicSink:
 
     # -- publishing ---------------------------------------------------------------------------
 
-    def promote(self, staging: KafkaStaging) -> Swap:
+    def promote(self, staging: KafkaStaging, rebase: bool = False) -> Swap:
         """Record the topic with its end offsets as ``published``; idempotent.
 
         Steps: (1) read the run's bookkeeping; already published → nothing to do; (2) the true
@@ -498,6 +499,8 @@ class KafkaTopicSink:
         under-report); (3) check the offsets can hold the rows the commits recorded; (4) write
         the ``published`` record.
         """
+        if rebase:  # SUPPORTS_REBASE is False: the job refuses --rebase before calling
+            raise ValueError(f"the {self.kind} sink cannot rebase a promotion")
         return promote_topic(self, staging)
 
     def rollback(self, staging: KafkaStaging, promoted: dict[str, Any]) -> Swap:

@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rewind.sinks.kafka.exceptions import KafkaSinkError, short_error
+
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient, ClusterMetadata
-
-from rewind.sinks.kafka.exceptions import KafkaSinkError, short_error
 
 log = logging.getLogger(__name__)
 

@@ -19,15 +19,14 @@ from rewind.core.columns import (
     SOURCE_TIMESTAMP,
 )
 from rewind.secrets import mask_url
+from rewind.sinks.sql.exceptions import SqlSinkError
+from rewind.sinks.sql.names import TableName, quote_ident
+from rewind.sinks.sql.types import SqlColumn
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy import Table
     from sqlalchemy.engine import Connection
-
-from rewind.sinks.sql.exceptions import SqlSinkError
-from rewind.sinks.sql.names import TableName, quote_ident
-from rewind.sinks.sql.types import SqlColumn
 
 COUNTS_KEY = "rewind.unit-counts"
 STAGINGS_TABLE = "rewind_stagings"

@@ -9,10 +9,10 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from rewind.sinks.sql.exceptions import SqlSinkError
+
 if TYPE_CHECKING:
     import pyarrow as pa
-
-from rewind.sinks.sql.exceptions import SqlSinkError
 
 CHUNK_ROWS = 65_536
 def prepare_columns(table: pa.Table, sqlite: bool = False) -> pa.Table:

@@ -7,14 +7,14 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
 from rewind.sinks.sql.backend import ORDER_COLS, Backend, Mode, Tx, conflict_sql
 from rewind.sinks.sql.encoding import prefetched, read_batches, to_csv
 from rewind.sinks.sql.exceptions import SqlSinkError
 from rewind.sinks.sql.names import TableName, key_index_name, quote_ident, short_ident
 from rewind.sinks.sql.types import SqlColumn, arrow_of, pg_type
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class PostgresBackend(Backend):

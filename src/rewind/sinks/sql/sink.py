@@ -72,17 +72,7 @@ from rewind.core.columns import (
     EVENT_ID,
 )
 from rewind.secrets import mask_url
-from rewind.sinks.base import Swap
-from rewind.sinks.sql.checks import check_output, check_same_shape, check_staging, check_target
-from rewind.sinks.sql.load import unspool, write_files
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
-    from sqlalchemy.engine import Engine
-
-    from rewind.config import Settings
-    from rewind.spec import JobSpec
+from rewind.sinks.base import StagingSink, Swap
 from rewind.sinks.sql.backend import (
     COUNTS_KEY,
     STAGINGS_TABLE,
@@ -93,12 +83,22 @@ from rewind.sinks.sql.backend import (
     Tx,
     sqlalchemy_url,
 )
+from rewind.sinks.sql.checks import check_output, check_same_shape, check_staging, check_target
 from rewind.sinks.sql.encoding import uri_path
 from rewind.sinks.sql.exceptions import SqlSinkError, first_line
+from rewind.sinks.sql.load import unspool, write_files
 from rewind.sinks.sql.names import TableName, key_index_name, prev_name, run_tag, staging_name
 from rewind.sinks.sql.postgres import PostgresBackend
 from rewind.sinks.sql.publish import cleanup_run, promote_once, rollback_once, with_lock_retry
 from rewind.sinks.sql.sqlite import SqliteBackend
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from sqlalchemy.engine import Engine
+
+    from rewind.config import Settings
+    from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
 @dataclass(frozen=True)
@@ -134,10 +134,11 @@ class SqlStaging:
         if self.target_existed:
             return f"{self.table} (a copy of {self.target_table} plus this run's rows)"
         return f"{self.table} (a new table, becomes {self.target_table} on promotion)"
-class SqlSink:
+class SqlSink(StagingSink[SqlStaging]):
     """Writes a run's output into a staging table beside a PostgreSQL (or SQLite) table."""
 
     kind = "postgres"
+    SUPPORTS_CLEANUP = True
 
     def __init__(
         self,
@@ -459,7 +460,7 @@ class SqlSink:
 
     # -- publishing -----------------------------------------------------------------------
 
-    def promote(self, staging: SqlStaging) -> Swap:
+    def promote(self, staging: SqlStaging, rebase: bool = False) -> Swap:
         """Swap staging in for the target in one transaction of renames; idempotent.
 
         Steps: (1) lock the staging's bookkeeping row; a promoted staging is reported as done;
@@ -469,6 +470,8 @@ class SqlSink:
         name; (4) rename staging to the target and swap the index names; (5) record
         ``promoted``; commit. Lock waits are bounded (``lock_timeout``) and retried.
         """
+        if rebase:  # SUPPORTS_REBASE is False: the job refuses --rebase before calling
+            raise ValueError(f"the {self.kind} sink cannot rebase a promotion")
         return with_lock_retry(self, lambda: promote_once(self, staging))
 
 

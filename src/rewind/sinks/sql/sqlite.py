@@ -6,14 +6,14 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
 from rewind.sinks.sql.backend import Backend, Mode, Tx, conflict_sql
 from rewind.sinks.sql.encoding import prepare_columns, read_batches
 from rewind.sinks.sql.exceptions import SqlSinkError
 from rewind.sinks.sql.names import TableName, quote_ident
 from rewind.sinks.sql.types import SqlColumn, arrow_of, from_text, sqlite_type
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class SqliteBackend(Backend):

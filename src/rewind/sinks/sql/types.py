@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rewind.sinks.sql.exceptions import SqlSinkError
+
 if TYPE_CHECKING:
     import pyarrow as pa
-
-from rewind.sinks.sql.exceptions import SqlSinkError
 
 
 @dataclass(frozen=True)
