@@ -29,13 +29,12 @@ from hypothesis import strategies as st
 
 from rewind.core.arrow import kafka_record_schema
 from rewind.core.columns import INPUT_COLUMNS, LINEAGE_COLUMNS, ROW, ROW_INDEX
+from rewind.core.counts import ConservationError, RecordCounts
 from rewind.errors import RewindError
 from rewind.translate import (
     LINEAGE_SCHEMA,
     QUARANTINE_SCHEMA,
     AvroDecoder,
-    BatchCounts,
-    ConservationError,
     Decoded,
     Decoder,
     DecoderConfigError,
@@ -579,7 +578,7 @@ def test_process_batch_outputs_user_then_lineage_columns_and_counts() -> None:
     assert out.rows.schema.remove(0).remove(0).remove(0).remove(0) == LINEAGE_SCHEMA
     assert out.rows.column("total").to_pylist() == [10.0, 3.0]
     assert out.rows.column("_rewind_source_offset").to_pylist() == [100, 103]
-    assert out.counts == BatchCounts(
+    assert out.counts == RecordCounts(
         records_read=4,
         emitted=2,
         rows_out=2,
@@ -700,11 +699,11 @@ def test_a_record_counted_twice_breaks_the_conservation_law() -> None:
 
 
 def test_batch_counts_merge() -> None:
-    a = BatchCounts(10, 7, 9, 2, 1, {"decode: invalid JSON": 2})
-    b = BatchCounts(5, 5, 5, 0, 0, {})
-    c = BatchCounts(3, 0, 0, 3, 0, {"decode: invalid JSON": 1, "key-null: null id": 2})
+    a = RecordCounts(10, 7, 9, 2, 1, {"decode: invalid JSON": 2})
+    b = RecordCounts(5, 5, 5, 0, 0, {})
+    c = RecordCounts(3, 0, 0, 3, 0, {"decode: invalid JSON": 1, "key-null: null id": 2})
     total = a.merge(b).merge(c)
-    assert total == BatchCounts(18, 12, 14, 5, 1, {"decode: invalid JSON": 3, "key-null: null id": 2})
+    assert total == RecordCounts(18, 12, 14, 5, 1, {"decode: invalid JSON": 3, "key-null: null id": 2})
     assert total.balanced
 
 
@@ -894,7 +893,7 @@ def test_decoders_survive_pickling_after_use(schema_dir: Path, registry_url: str
 
 
 def test_reason_counters_are_bounded() -> None:
-    from rewind.translate.counts import MAX_REASON_KEYS, OTHER_REASONS
+    from rewind.core.counts import MAX_REASON_KEYS, OTHER_REASONS
 
     def reject_all(df: pd.DataFrame) -> Any:
         from rewind.translate import TranslateResult

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from rewind import faults
 from rewind.core.arrow import schema_to_b64
 from rewind.core.columns import RUN_ID, SOURCE_TIMESTAMP
+from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.sinks.iceberg import FINALIZED_PROPERTY, FOLD_COUNTS_PROPERTY
 
 if TYPE_CHECKING:
@@ -124,9 +125,7 @@ def finalize_run(
     if parts is None:
         _commit_iceberg(source_sink, source_staging, run_id, files, counts)
     else:
-        from rewind.sinks.sql.backend import COUNTS_KEY
-
-        extra = {COUNTS_KEY: json.dumps({FOLD_UNIT: counts.to_dict()}, sort_keys=True)}
+        extra = {UNIT_COUNTS_KEY: json.dumps({FOLD_UNIT: counts.to_dict()}, sort_keys=True)}
         sink.commit(staging, run_id, [FOLD_UNIT], files, extra=extra)
     faults.point("after-fold-commit")
     ledger.audit(run_id, "finalized", counts.to_dict())

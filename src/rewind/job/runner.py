@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
-from rewind.translate.counts import BatchCounts
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -62,7 +62,7 @@ class RunProgress:
     units_total: int
     units_done: int
     offsets_total: int
-    counts: BatchCounts
+    counts: RecordCounts
     started: float
     state: str = "running"
 
@@ -75,7 +75,7 @@ class RunOutcome:
     run_id: str
     state: str
     plan_id: str
-    counts: BatchCounts
+    counts: RecordCounts
     staging: dict[str, Any]
     quarantine_table: str
     seconds: float
@@ -177,15 +177,7 @@ def execute(
             if parts is not None:  # folded into the sink: the partial rows are not needed any more
                 parts[0].cleanup(parts[1])
             # 7. whole-run conservation and success
-            totals = ledger.unit_counts(run_id)
-            counts = BatchCounts(
-                totals.records_read,
-                totals.emitted,
-                totals.rows_out,
-                totals.quarantined,
-                totals.filtered,
-                _flat(totals.reasons),
-            )
+            counts = ledger.unit_counts(run_id).counts
             if not counts.balanced:
                 raise ConservationViolated(
                     f"run {run_id}: read {counts.records_read} != emitted {counts.emitted} + quarantined "
@@ -280,17 +272,6 @@ def _one_line(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {text[0] if text else ''}"[:2000]
 
 
-def _flat(reasons: dict[str, Any]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for key, value in reasons.items():
-        if isinstance(value, dict):
-            for sub, count in _flat(value).items():
-                out[f"{key}: {sub}"] = count
-        else:
-            out[key] = int(value)
-    return out
-
-
 def _default_wave(settings: Settings) -> int:
     import os
 
@@ -338,7 +319,7 @@ def _reconcile(ledger: Ledger, sink: StagingSink[Any], staging: Staging, run_id:
 
 
 def _counts_for(data: dict[str, Any] | None) -> dict[str, Any]:
-    c = BatchCounts.from_dict(data or {})
+    c = RecordCounts.from_dict(data or {})
     return {
         "records_read": c.records_read,
         "emitted": c.emitted,
@@ -393,7 +374,6 @@ def _run_wave(
     """Step 5 for one wave: Spark, conservation per unit, quarantine commit, output commit, ledger."""
     from rewind.history.read import read_ranges_from_archive
     from rewind.ledger.models import UnitResult
-    from rewind.sinks.iceberg import COUNTS_PROPERTY
     from rewind.spark import session
     from rewind.spark.job_stage import StageContext, run_wave
 
@@ -445,7 +425,7 @@ def _run_wave(
         faults.point("after-quarantine-commit")
     files = [f for uid in ids for f in outputs[uid].data_files]
     counts = {uid: outputs[uid].counts.to_dict() for uid in ids}
-    sink.commit(staging, run_id, ids, files, extra={COUNTS_PROPERTY: json.dumps(counts, sort_keys=True)})
+    sink.commit(staging, run_id, ids, files, extra={UNIT_COUNTS_KEY: json.dumps(counts, sort_keys=True)})
     faults.point("after-sink-commit")
     ledger.complete_units(run_id, [UnitResult(uid, **_counts_for(counts[uid])) for uid in ids])
     faults.point("after-ledger-update")
@@ -453,12 +433,4 @@ def _run_wave(
 
 def _progress(ledger: Ledger, plan: JobPlan, run_id: str, started: float) -> RunProgress:
     totals = ledger.unit_counts(run_id)
-    counts = BatchCounts(
-        totals.records_read,
-        totals.emitted,
-        totals.rows_out,
-        totals.quarantined,
-        totals.filtered,
-        _flat(totals.reasons),
-    )
-    return RunProgress(run_id, len(plan.units), totals.done, plan.offsets, counts, started)
+    return RunProgress(run_id, len(plan.units), totals.done, plan.offsets, totals.counts, started)

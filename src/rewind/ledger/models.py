@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, get_args
 
+from rewind.core.counts import RecordCounts, flatten_reasons
+
 RunState = Literal["planned", "running", "succeeded", "failed", "interrupted", "promoted", "rolled_back"]
 UnitState = Literal["pending", "running", "done", "failed"]
 
@@ -130,8 +132,12 @@ class UnitResult:
 
 
 @dataclass(frozen=True)
-class UnitCounts:
-    """Totals over the units of a run."""
+class RunTotals:
+    """Totals over the units of a run: how many in each state, and their summed counts.
+
+    ``reasons`` keeps the ledger's nested breakdown; :attr:`counts` is the same totals as the
+    one counts type of the pipeline (:class:`~rewind.core.counts.RecordCounts`).
+    """
 
     units: int
     by_state: dict[str, int]
@@ -152,7 +158,18 @@ class UnitCounts:
 
     @property
     def conserved(self) -> bool:
-        return self.records_read == self.emitted + self.quarantined + self.filtered
+        return self.counts.balanced
+
+    @property
+    def counts(self) -> RecordCounts:
+        return RecordCounts(
+            self.records_read,
+            self.emitted,
+            self.rows_out,
+            self.quarantined,
+            self.filtered,
+            flatten_reasons(self.reasons),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form, e.g. for a run's ``totals``."""

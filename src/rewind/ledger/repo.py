@@ -54,7 +54,7 @@ from rewind.ledger.models import (
     PlanRecord,
     RunRecord,
     RunState,
-    UnitCounts,
+    RunTotals,
     UnitRange,
     UnitRecord,
     UnitResult,
@@ -430,7 +430,7 @@ class Ledger:
                     .values(state="done", finished_at=now, error=None, **counts)
                 )
 
-    def unit_counts(self, run_id: str) -> UnitCounts:
+    def unit_counts(self, run_id: str) -> RunTotals:
         """Totals over the run's units: how many in each state, summed counts, merged reasons."""
         sums = [func.coalesce(func.sum(getattr(units.c, k)), 0) for k in _COUNTS]
         by_state: dict[str, int] = {}
@@ -450,7 +450,7 @@ class Ledger:
                 select(units.c.reasons).where(units.c.run_id == run_id, units.c.quarantined > 0)
             ):
                 merge_counts(reasons, found or {})
-        return UnitCounts(units=sum(by_state.values()), by_state=by_state, reasons=reasons, **totals)
+        return RunTotals(units=sum(by_state.values()), by_state=by_state, reasons=reasons, **totals)
 
     @staticmethod
     def _refuse(conn: Connection, run_id: str, ids: Sequence[str], doing: str) -> None:

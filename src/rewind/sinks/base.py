@@ -106,7 +106,9 @@ class StagingSink(ABC, Generic[S]):
 
     @abstractmethod
     def committed_counts(self, staging: S, run_id: str) -> dict[str, dict[str, Any]]:
-        """Per-unit counts as recorded by :meth:`commit` (``extra["rewind.unit-counts"]``)."""
+        """Per-unit counts as recorded by :meth:`commit` (``extra[UNIT_COUNTS_KEY]``): the
+        :meth:`RecordCounts.to_dict <rewind.core.counts.RecordCounts.to_dict>` of each unit,
+        and a fold's counts under its own unit id."""
 
     @abstractmethod
     def read(self, spark: SparkSession, staging: S) -> DataFrame: ...

@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.arrow import schema_from_b64
+from rewind.core.counts import RecordCounts
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.spark.kafka_fetch import partitions_in
-from rewind.translate.counts import BatchCounts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,7 +62,7 @@ class UnitOutput:
     unit_id: str
     data_files: list[str] = field(default_factory=list)
     quarantine_files: list[str] = field(default_factory=list)
-    counts: BatchCounts = field(default_factory=BatchCounts)
+    counts: RecordCounts = field(default_factory=RecordCounts)
 
 
 class _UnitFiles:
@@ -74,7 +74,7 @@ class _UnitFiles:
         self.q_writer: Any = None
         self.rows_path = ""
         self.q_path = ""
-        self.counts = BatchCounts()
+        self.counts = RecordCounts()
 
     def _open(self, folder: str, schema: pa.Schema, kind: str) -> tuple[Any, str]:
         import uuid
@@ -232,7 +232,7 @@ def run_wave(
         out = outputs[row.unit_id]
         out.data_files += json.loads(row.data_file)
         out.quarantine_files += json.loads(row.quarantine_file)
-        out.counts = out.counts.merge(BatchCounts.from_dict(json.loads(row.counts)))
+        out.counts = out.counts.merge(RecordCounts.from_dict(json.loads(row.counts)))
     return outputs
 
 

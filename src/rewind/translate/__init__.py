@@ -22,10 +22,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rewind.translate.avro_decoder import AvroDecoder
     from rewind.translate.avro_schemas import LocalSchemaSource, RegistrySchemaSource, SchemaSource
-    from rewind.translate.counts import BatchCounts
     from rewind.translate.decoder import Decoded, Decoder, RawDecoder
     from rewind.translate.exceptions import (
-        ConservationError,
         DecoderConfigError,
         OutputSchemaUnknown,
         SchemaRegistryUnavailable,
@@ -57,7 +55,6 @@ _WHERE = {
     "RawDecoder": "decoder",
     "RegistrySchemaSource": "avro_schemas",
     "SchemaSource": "avro_schemas",
-    "ConservationError": "exceptions",
     "DecoderConfigError": "exceptions",
     "OutputSchemaUnknown": "exceptions",
     "SchemaRegistryUnavailable": "exceptions",
@@ -76,7 +73,6 @@ _WHERE = {
     "LINEAGE_SCHEMA": "lineage",
     "add_lineage": "lineage",
     "event_id": "lineage",
-    "BatchCounts": "counts",
     "ProcessContext": "process",
     "ProcessedBatch": "process",
     "process_batch": "process",
@@ -88,8 +84,6 @@ __all__ = [
     "LINEAGE_SCHEMA",
     "QUARANTINE_SCHEMA",
     "AvroDecoder",
-    "BatchCounts",
-    "ConservationError",
     "Decoded",
     "Decoder",
     "DecoderConfigError",

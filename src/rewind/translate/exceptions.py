@@ -53,33 +53,3 @@ class SchemaRegistryUnavailable(SchemaSourceError):
             f"schema registry at {url}: {detail}; check translate.avro.registry_url and that the "
             "registry is reachable from where Spark runs (the task will be retried)"
         )
-
-
-class ConservationError(TranslateError):
-    """``records_read == emitted + quarantined + filtered`` does not hold for a unit.
-
-    This is a bug in Rewind (or a translate function that invents source rows), never a data
-    problem; the run must stop before anything is committed.
-    """
-
-    def __init__(
-        self,
-        unit_id: str,
-        *,
-        records_read: int,
-        emitted: int,
-        quarantined: int,
-        filtered: int,
-        detail: str = "",
-    ) -> None:
-        self.unit_id = unit_id
-        self.records_read = records_read
-        self.emitted = emitted
-        self.quarantined = quarantined
-        self.filtered = filtered
-        suffix = f" ({detail})" if detail else ""
-        super().__init__(
-            f"unit {unit_id}: conservation law broken: records_read={records_read} but emitted={emitted} + "
-            f"quarantined={quarantined} + filtered={filtered} = {emitted + quarantined + filtered}{suffix}; "
-            "nothing of this unit was committed; report this as a bug"
-        )

@@ -23,10 +23,10 @@ import pandas as pd
 import pyarrow as pa
 
 from rewind.core.columns import ROW
+from rewind.core.counts import ConservationError, RecordCounts, add_reasons
 from rewind.translate.columns import user_columns
-from rewind.translate.counts import BatchCounts, add_reasons
 from rewind.translate.decoder import Decoder, as_batch
-from rewind.translate.exceptions import ConservationError, TranslateOutputError
+from rewind.translate.exceptions import TranslateOutputError
 from rewind.translate.failures import Failure
 from rewind.translate.functions import Translator, apply_translate
 from rewind.translate.lineage import LINEAGE_SCHEMA, lineage_arrays
@@ -53,7 +53,7 @@ class ProcessContext:
 class ProcessedBatch:
     rows: pa.Table
     quarantine: pa.Table
-    counts: BatchCounts
+    counts: RecordCounts
 
 
 def _key_null_failures(rows: pd.DataFrame, key_columns: Sequence[str]) -> list[Failure]:
@@ -189,7 +189,7 @@ def process_batch(
     undecided &= ~emitted_mask
     undecided[quarantined[(quarantined >= 0) & (quarantined < n)]] = False
     filtered = np.concatenate([np.asarray(decoded.skipped, dtype=np.int64), np.flatnonzero(undecided)])
-    counts = BatchCounts(
+    counts = RecordCounts(
         records_read=n,
         emitted=len(emitted),
         rows_out=len(row_ids),
@@ -230,7 +230,7 @@ def _check_each_record_once(
     quarantined: np.ndarray,
     emitted: np.ndarray,
     filtered: np.ndarray,
-    counts: BatchCounts,
+    counts: RecordCounts,
     unit_id: str,
 ) -> None:
     """Every position 0..n-1 is in exactly one of the three sets; raise otherwise."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 from rewind.sinks.iceberg.read import read_iceberg
 from rewind.sinks.iceberg.sink import IcebergSink
 from rewind.sinks.iceberg.staging import (
-    COUNTS_PROPERTY,
     FINALIZED_PROPERTY,
     FOLD_COUNTS_PROPERTY,
     RUN_PROPERTY,
@@ -20,7 +19,6 @@ from rewind.sinks.iceberg.staging import (
 )
 
 __all__ = [
-    "COUNTS_PROPERTY",
     "FINALIZED_PROPERTY",
     "FOLD_COUNTS_PROPERTY",
     "RUN_PROPERTY",

@@ -16,15 +16,16 @@ duplicates nothing, because resume asks :meth:`IcebergSink.committed_units`.
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.sinks.base import StagingSink, Swap
 from rewind.sinks.iceberg.publish import promote, rollback
 from rewind.sinks.iceberg.read import read_iceberg
 from rewind.sinks.iceberg.staging import (
-    COUNTS_PROPERTY,
     RUN_PROPERTY,
     UNITS_PROPERTY,
     IcebergSinkError,
@@ -191,7 +192,6 @@ class IcebergSink(StagingSink[IcebergStaging]):
 
     def committed_counts(self, staging: IcebergStaging, run_id: str) -> dict[str, dict[str, Any]]:
         """The per-unit counts recorded with the commits of ``run_id`` (``rewind.unit-counts``)."""
-        import json
 
         table = self._load(staging.table)
         if table is None:
@@ -199,8 +199,8 @@ class IcebergSink(StagingSink[IcebergStaging]):
         out: dict[str, dict[str, Any]] = {}
         for snap in self._ancestors(table, staging.ref):
             props = snap.summary.additional_properties if snap.summary else {}
-            if props.get(RUN_PROPERTY) == run_id and props.get(COUNTS_PROPERTY):
-                out.update(json.loads(props[COUNTS_PROPERTY]))
+            if props.get(RUN_PROPERTY) == run_id and props.get(UNIT_COUNTS_KEY):
+                out.update(json.loads(props[UNIT_COUNTS_KEY]))
         return out
 
     def data_folder(self, staging: IcebergStaging) -> str:

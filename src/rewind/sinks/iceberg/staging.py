@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 
 RUN_PROPERTY = "rewind.run-id"
 UNITS_PROPERTY = "rewind.units"
-COUNTS_PROPERTY = "rewind.unit-counts"
 FINALIZED_PROPERTY = "rewind.finalized"
 """Marks the commit that replaced a run's partial rows by its folded rows (:mod:`rewind.job.finalize`)."""
 FOLD_COUNTS_PROPERTY = "rewind.fold-counts"

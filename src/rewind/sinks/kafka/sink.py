@@ -88,6 +88,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.arrow import schema_from_b64, schema_to_b64
+from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.sinks.base import StagingSink, Swap
 from rewind.sinks.kafka.bookkeeping import (
     BOOKKEEPING_TOPIC,
@@ -121,7 +122,6 @@ if TYPE_CHECKING:
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
-COUNTS_EXTRA = "rewind.unit-counts"
 class KafkaTopicSink(StagingSink[KafkaStaging]):
     """Writes a run's output into a backfill topic of its own, one commit per batch of units."""
 
@@ -413,7 +413,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             writer.flush()
             faults.point("kafka-commit-before-marker")
             # 5. the marker, after every data record is acknowledged
-            counts = json.loads((extra or {}).get(COUNTS_EXTRA, "{}"))
+            counts = json.loads((extra or {}).get(UNIT_COUNTS_KEY, "{}"))
             marker = {
                 "kind": "commit",
                 "run_id": run_id,
@@ -424,7 +424,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
                 "produced": produced,
                 "already_present": rows - produced,
                 "from_offsets": {str(p): o for p, o in sorted(highs.items())},
-                "extra": {k: v for k, v in (extra or {}).items() if k != COUNTS_EXTRA},
+                "extra": {k: v for k, v in (extra or {}).items() if k != UNIT_COUNTS_KEY},
                 "at": now_iso(),
             }
             key = f"{run_id}/commit/{units_digest(todo)}"

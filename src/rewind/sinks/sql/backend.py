@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Table
     from sqlalchemy.engine import Connection
 
-COUNTS_KEY = "rewind.unit-counts"
 STAGINGS_TABLE = "rewind_stagings"
 UNITS_TABLE = "rewind_unit_commits"
 RUN_COL = RUN_ID

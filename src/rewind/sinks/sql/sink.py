@@ -71,10 +71,10 @@ from typing import TYPE_CHECKING, Any
 from rewind.core.columns import (
     EVENT_ID,
 )
+from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.secrets import mask_url
 from rewind.sinks.base import StagingSink, Swap
 from rewind.sinks.sql.backend import (
-    COUNTS_KEY,
     STAGINGS_TABLE,
     UNITS_TABLE,
     Backend,
@@ -421,7 +421,7 @@ class SqlSink(StagingSink[SqlStaging]):
         """
         from sqlalchemy import select
 
-        counts = json.loads((extra or {}).get(COUNTS_KEY, "{}"))
+        counts = json.loads((extra or {}).get(UNIT_COUNTS_KEY, "{}"))
         sname = TableName.parse(staging.table)
         started = time.monotonic()
         with self._tx() as tx:

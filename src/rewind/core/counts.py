@@ -2,7 +2,9 @@
 
 Every source record is exactly one of emitted, quarantined or filtered (the conservation
 law); ``rows_out`` is how many output rows they made. The same type serves a batch in a task,
-a unit's total and a run's total, so counts move between them without conversion.
+a unit's total and a run's total, so counts move between them without conversion. A commit
+stores each unit's counts with its data under :data:`UNIT_COUNTS_KEY` (an Iceberg snapshot
+property, a row of the SQL sink's bookkeeping, a field of a Kafka commit marker).
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewind.translate.exceptions import ConservationError
+from rewind.errors import RewindError
+
+UNIT_COUNTS_KEY = "rewind.unit-counts"
+"""Where a sink's commit records ``{unit id: counts.to_dict()}`` as JSON (a key of ``extra``)."""
 
 MAX_REASON_KEYS = 100
-"""Distinct reason labels kept in :attr:`BatchCounts.reasons`; the rest add up under
+"""Distinct reason labels kept in :attr:`RecordCounts.reasons`; the rest add up under
 :data:`OTHER_REASONS` (rejection reasons written by users can be unbounded)."""
 OTHER_REASONS = "other reasons"
 
@@ -27,7 +32,7 @@ def add_reasons(into: dict[str, int], reasons: Mapping[str, int]) -> None:
 
 
 @dataclass(frozen=True)
-class BatchCounts:
+class RecordCounts:
     """Counts of one batch or, merged, of a unit or a run.
 
     ``emitted + quarantined + filtered == records_read`` (the conservation law); ``rows_out``
@@ -58,10 +63,10 @@ class BatchCounts:
                 detail=detail,
             )
 
-    def merge(self, other: BatchCounts) -> BatchCounts:
+    def merge(self, other: RecordCounts) -> RecordCounts:
         reasons: dict[str, int] = dict(self.reasons)
         add_reasons(reasons, other.reasons)
-        return BatchCounts(
+        return RecordCounts(
             records_read=self.records_read + other.records_read,
             emitted=self.emitted + other.emitted,
             rows_out=self.rows_out + other.rows_out,
@@ -71,7 +76,7 @@ class BatchCounts:
         )
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BatchCounts:
+    def from_dict(cls, data: Mapping[str, Any]) -> RecordCounts:
         """The counts of :meth:`to_dict` (as stored with a unit's commit or in the ledger)."""
         return cls(
             int(data.get("records_read", 0)),
@@ -91,3 +96,46 @@ class BatchCounts:
             "filtered": self.filtered,
             "reasons": dict(self.reasons),
         }
+
+
+def flatten_reasons(reasons: Mapping[str, Any]) -> dict[str, int]:
+    """The ledger's nested reasons (``{"decode": 2, "translate-reject": {"no id": 1}}``) as the
+    flat ``"<stage>: <kind>"`` labels of :attr:`RecordCounts.reasons`."""
+    out: dict[str, int] = {}
+    for key, value in reasons.items():
+        if isinstance(value, Mapping):
+            for sub, count in flatten_reasons(value).items():
+                out[f"{key}: {sub}"] = count
+        else:
+            out[key] = int(value)
+    return out
+
+
+class ConservationError(RewindError):
+    """``records_read == emitted + quarantined + filtered`` does not hold for a unit.
+
+    This is a bug in Rewind (or a translate function that invents source rows), never a data
+    problem; the run must stop before anything is committed.
+    """
+
+    def __init__(
+        self,
+        unit_id: str,
+        *,
+        records_read: int,
+        emitted: int,
+        quarantined: int,
+        filtered: int,
+        detail: str = "",
+    ) -> None:
+        self.unit_id = unit_id
+        self.records_read = records_read
+        self.emitted = emitted
+        self.quarantined = quarantined
+        self.filtered = filtered
+        suffix = f" ({detail})" if detail else ""
+        super().__init__(
+            f"unit {unit_id}: conservation law broken: records_read={records_read} but emitted={emitted} + "
+            f"quarantined={quarantined} + filtered={filtered} = {emitted + quarantined + filtered}{suffix}; "
+            "nothing of this unit was committed; report this as a bug"
+        )
