@@ -28,15 +28,15 @@ from rewind.spec import (
     EXAMPLE_SPEC,
     Decode,
     Guards,
-    IcebergSink,
+    IcebergTarget,
     JobSpec,
-    KafkaSink,
     KafkaSource,
-    PostgresSink,
+    KafkaTarget,
     Quarantine,
     RunSettings,
-    Sink,
+    SinkConfig,
     Source,
+    SqlTarget,
     Translate,
     load_spec,
     parse_spec,
@@ -129,7 +129,7 @@ def test_the_example_spec_parses(tmp_path: Path) -> None:
     assert spec.translate.kind == "function"
     assert spec.key == ["order_id"]
     assert spec.sink.kind == "iceberg"
-    assert spec.sink.target == IcebergSink(table="analytics.order_totals")
+    assert spec.sink.target == IcebergTarget(table="analytics.order_totals")
     assert spec.sink.iceberg is not None and spec.sink.iceberg.mode == "append"
     assert spec.guards == Guards(max_records_per_second=50000, max_records=50_000_000)
     assert spec.run == RunSettings(work_unit_records=250_000, lease_ttl_s=60)
@@ -297,7 +297,7 @@ def test_sink_forms() -> None:
     pg = parse_spec(
         with_({"sink": {"postgres": {"table": "public.order_totals", "url": "postgresql://svc@db/app"}}})
     )
-    assert pg.sink.target == PostgresSink(table="public.order_totals", url="postgresql://svc@db/app")
+    assert pg.sink.target == SqlTarget(table="public.order_totals", url="postgresql://svc@db/app")
     assert pg.sink.kind == "postgres" and pg.sink.postgres is not None and pg.sink.postgres.mode == "upsert"
     assert pg.quarantine.table == "rewind.rewind_quarantine"
     ks = parse_spec(
@@ -314,14 +314,14 @@ def test_sink_forms() -> None:
             }
         )
     )
-    assert ks.sink.kafka == KafkaSink(
+    assert ks.sink.kafka == KafkaTarget(
         topic="orders.backfill",
         partitions=6,
         transactional=True,
         configs={"retention.ms": "604800000", "cleanup.policy": "delete", "x.flag": "true"},
     )
     default_topic = parse_spec(with_({"sink": {"kafka": {}}}))
-    assert default_topic.sink.kafka == KafkaSink()
+    assert default_topic.sink.kafka == KafkaTarget()
     window = parse_spec(with_({"sink.iceberg.mode": "replace-window"}))
     assert window.sink.iceberg is not None
     assert window.sink.iceberg.window_column == "_rewind_source_timestamp"
@@ -814,7 +814,7 @@ def python_spec(**overrides: Any) -> JobSpec:
         "decode": "json",
         "translate": Translate(function="my_pkg.orders:to_order_total", version="2"),
         "key": ["order_id"],
-        "sink": Sink(iceberg=IcebergSink(table="analytics.order_totals")),
+        "sink": SinkConfig(iceberg=IcebergTarget(table="analytics.order_totals")),
         "guards": Guards(max_records_per_second=50000, max_records=50_000_000),
     }
     fields.update(overrides)
@@ -835,7 +835,7 @@ def test_python_construction_validates_the_same() -> None:
     with pytest.raises(ValidationError, match="a window can't end at earliest"):
         KafkaSource(topics=["orders"], to="earliest")
     with pytest.raises(ValidationError, match="more than one sink given"):
-        Sink(iceberg=IcebergSink(table="a.b"), kafka=KafkaSink())
+        SinkConfig(iceberg=IcebergTarget(table="a.b"), kafka=KafkaTarget())
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         JobSpec.model_validate(with_({"bogus": 1}))
 
@@ -968,8 +968,8 @@ def test_window_request_keeps_topic_order() -> None:
 
 def test_reference_lists_every_field() -> None:
     text = spec_reference_markdown()
-    models: list[type[BaseModel]] = [JobSpec, Source, KafkaSource, Decode, Translate, Sink, IcebergSink]
-    models += [PostgresSink, KafkaSink, Guards, RunSettings, Quarantine]
+    models: list[type[BaseModel]] = [JobSpec, Source, KafkaSource, Decode, Translate, SinkConfig]
+    models += [IcebergTarget, SqlTarget, KafkaTarget, Guards, RunSettings, Quarantine]
     for model in models:
         for name, info in model.model_fields.items():
             alias = info.validation_alias if isinstance(info.validation_alias, str) else name

@@ -50,7 +50,7 @@ from rewind.spec.loader import load_spec, parse_spec
 from rewind.spec.reference_docs import spec_reference_markdown
 from rewind.spec.run import Guards, Quarantine, RunSettings
 from rewind.spec.source import HistorySource, KafkaSource, Source
-from rewind.spec.targets import IcebergSink, KafkaSink, PostgresSink, Sink
+from rewind.spec.targets import IcebergTarget, KafkaTarget, SinkConfig, SqlTarget
 from rewind.spec.transform import Decode, Translate
 from rewind.spec.values import KafkaBound
 from rewind.spec.verify import (
@@ -71,21 +71,21 @@ __all__ = [
     "Decode",
     "Guards",
     "HistorySource",
-    "IcebergSink",
+    "IcebergTarget",
     "JobSpec",
     "KafkaBound",
-    "KafkaSink",
     "KafkaSource",
+    "KafkaTarget",
     "PostgresReference",
-    "PostgresSink",
     "Quarantine",
     "Reference",
     "RunSettings",
     "Scope",
-    "Sink",
+    "SinkConfig",
     "Source",
     "SpecError",
     "SqlReference",
+    "SqlTarget",
     "Tolerance",
     "Translate",
     "Verify",

@@ -19,7 +19,7 @@ from rewind.secrets import mask
 from rewind.spec.errors import _Bad, _Plain
 from rewind.spec.run import Guards, Quarantine, RunSettings
 from rewind.spec.source import Source
-from rewind.spec.targets import Sink
+from rewind.spec.targets import SinkConfig
 from rewind.spec.transform import Decode, Translate
 from rewind.spec.values import _QUARANTINE_NAME, _SLUG, _fill, _iso, _Model
 from rewind.spec.verify import (
@@ -66,7 +66,7 @@ class JobSpec(_Model):
             "event id `_rewind_event_id`."
         ),
     )
-    sink: Sink = Field(description="Where the output goes.")
+    sink: SinkConfig = Field(description="Where the output goes.")
     guards: Guards = Field(default_factory=lambda: Guards(), description="Limits of the run.")
     run: RunSettings = Field(default_factory=lambda: RunSettings(), description="Work units and leases.")
     quarantine: Quarantine = Field(

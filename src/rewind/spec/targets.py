@@ -29,7 +29,7 @@ from rewind.spec.values import (
 )
 
 
-class IcebergSink(_Model):
+class IcebergTarget(_Model):
     """Write to an Iceberg table of the catalog in the settings."""
 
     table: str = Field(description="`namespace.table` (nested namespaces: `a.b.table`).")
@@ -81,7 +81,7 @@ class IcebergSink(_Model):
         return None if value is None else _iso(value)
 
     @model_validator(mode="after")
-    def _window(self) -> IcebergSink:
+    def _window(self) -> IcebergTarget:
         for name in ("window_column", "window_from", "window_to"):
             if self.mode == "append" and getattr(self, name) is not None:
                 raise _Bad(
@@ -98,7 +98,7 @@ class IcebergSink(_Model):
     @property
     def namespace(self) -> str:
         return self.table.rsplit(".", 1)[0]
-class PostgresSink(_Model):
+class SqlTarget(_Model):
     """Write to a PostgreSQL table (a service's read model)."""
 
     table: str = Field(description="`schema.table` or `table` (in the search path).")
@@ -143,7 +143,7 @@ class PostgresSink(_Model):
         return None if value is None else _iso(value)
 
     @model_validator(mode="after")
-    def _window(self) -> PostgresSink:
+    def _window(self) -> SqlTarget:
         for name in ("window_from", "window_to"):
             if getattr(self, name) is not None and self.window_column is None:
                 raise _Bad(
@@ -175,7 +175,7 @@ class PostgresSink(_Model):
                 got=url,
             )
         return url
-class KafkaSink(_Model):
+class KafkaTarget(_Model):
     """Produce the output to a Kafka topic dedicated to the backfill."""
 
     topic: str | None = Field(
@@ -218,14 +218,14 @@ class KafkaSink(_Model):
             str(k): (str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v)
             for k, v in value.items()
         }
-class Sink(_Model):
+class SinkConfig(_Model):
     """Where the output goes: exactly one kind of sink."""
 
     KINDS: ClassVar[tuple[str, ...]] = ("iceberg", "postgres", "kafka")
 
-    iceberg: IcebergSink | None = Field(default=None, description="An Iceberg table.")
-    postgres: PostgresSink | None = Field(default=None, description="A PostgreSQL table.")
-    kafka: KafkaSink | None = Field(default=None, description="A Kafka topic.")
+    iceberg: IcebergTarget | None = Field(default=None, description="An Iceberg table.")
+    postgres: SqlTarget | None = Field(default=None, description="A PostgreSQL table.")
+    kafka: KafkaTarget | None = Field(default=None, description="A Kafka topic.")
 
     @property
     def window_column(self) -> str | None:
@@ -243,7 +243,7 @@ class Sink(_Model):
         return found.window_from, found.window_to
 
     @model_validator(mode="after")
-    def _one(self) -> Sink:
+    def _one(self) -> SinkConfig:
         _exactly_one(self, self.KINDS, "sink")
         return self
 
@@ -255,7 +255,7 @@ class Sink(_Model):
         return "postgres" if self.postgres is not None else "kafka"
 
     @property
-    def target(self) -> IcebergSink | PostgresSink | KafkaSink:
+    def target(self) -> IcebergTarget | SqlTarget | KafkaTarget:
         """The one sink model given."""
         target = next(t for t in (self.iceberg, self.postgres, self.kafka) if t is not None)
         return target
