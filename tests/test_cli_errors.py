@@ -188,3 +188,19 @@ def test_an_unknown_kafka_property_is_one_line(tmp_path: Path) -> None:
     )
     assert_one_error_line(result, "no.such.property")
     assert PASSWORD not in result.stdout + result.stderr
+
+
+# -- text the user typed is printed as typed, never read as Rich markup ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "literal"),
+    [
+        (["plan", "no[/such]-spec.yaml"], "no[/such]-spec.yaml"),
+        (["show", "r-[bold]x"], "r-[bold]x"),
+        (["show", "r-[/x]"], "r-[/x]"),
+    ],
+)
+def test_brackets_in_user_text_are_printed_literally(tmp_path: Path, args: list[str], literal: str) -> None:
+    result = run_cli(args, tmp_path, REWIND_STATE_DIR=str(tmp_path / "state"))
+    assert_one_error_line(result, literal)

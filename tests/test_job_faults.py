@@ -336,6 +336,7 @@ def _now() -> datetime:
 
 
 def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> None:
+    from rewind.core.console import QuietConsole
     from rewind.job.components import make_sink
     from rewind.job.service import run_job, show_run
     from rewind.ledger import LeaseLost
@@ -345,8 +346,12 @@ def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> N
     target = make_sink(world.settings, spec).target
     seen: list[str] = []
 
+    class Usurper(QuietConsole):
+        def run_progress(self, progress: Any) -> None:
+            """After the first wave another run takes the target (as after an expiry)."""
+            usurp(progress)
+
     def usurp(progress: Any) -> None:
-        """After the first wave another run takes the target (as after an expiry)."""
         if seen:
             return
         seen.append(progress.run_id)
@@ -357,7 +362,7 @@ def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> N
 
     try:
         with pytest.raises(LeaseLost) as caught:
-            run_job(world.settings, spec, progress=usurp, units_per_wave=2)
+            run_job(world.settings, spec, console=Usurper(), units_per_wave=2)
     finally:
         with _ledger(world) as ledger:
             ledger.release(target, "r-usurper", owner="other-host:1")

@@ -1,41 +1,67 @@
-"""One output interface for the CLI, with a Rich and a JSON implementation.
+"""How a CLI command prints its result: one interface, a Rich and a JSON implementation.
 
-Commands compute a plain result (dicts and lists) and hand it to :class:`Output`; the
-human form is drawn by a render function, the machine form is the result itself. Every
-result passes through :func:`rewind.secrets.mask` before it is printed.
+Commands compute a plain result (dicts and lists) and hand it to :meth:`Output.result`; the
+Rich form is drawn by the command's render function, the JSON form is the result itself.
+Every result passes through :func:`rewind.secrets.mask` before it is printed, and every
+error line is escaped here, once, so text the user typed (a path, a run id with brackets)
+is printed as written, never read as Rich markup.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from rewind.secrets import mask
 
+Render = Callable[[Console, Any], None]
 
-class Output:
-    def __init__(self, as_json: bool) -> None:
-        self.as_json = as_json
-        self.console = Console(highlight=False)
+
+class Output(ABC):
+    def __init__(self) -> None:
         self.errors = Console(stderr=True, highlight=False)
 
-    def result(self, data: Any, render: Callable[[Console, Any], None]) -> None:
-        safe = mask(data)
-        if self.as_json:
-            sys.stdout.write(json.dumps(safe, indent=2, default=str) + "\n")
-        else:
-            render(self.console, safe)
+    @abstractmethod
+    def result(self, data: Any, render: Render) -> None:
+        """Print a command's result (secrets masked)."""
 
     def error(self, message: str) -> None:
-        """One line on stderr; with --json also a JSON object on stdout for the caller."""
-        if self.as_json:
-            sys.stdout.write(json.dumps({"error": message}) + "\n")
-        self.errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+        """One line on stderr: the command failed."""
+        self.failure(message)
 
     def failure(self, message: str) -> None:
         """One line on stderr after a result was printed (with --json that result is the one object)."""
-        self.errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+        self.errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+class RichOutput(Output):
+    """For people: the command's render function draws the result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.console = Console(highlight=False)
+
+    def result(self, data: Any, render: Render) -> None:
+        render(self.console, mask(data))
+
+
+class JsonOutput(Output):
+    """For programs (``--json``): the result as one JSON object on stdout."""
+
+    def result(self, data: Any, render: Render) -> None:
+        sys.stdout.write(json.dumps(mask(data), indent=2, default=str) + "\n")
+
+    def error(self, message: str) -> None:
+        """The line on stderr, and ``{"error": ...}`` on stdout for the caller."""
+        sys.stdout.write(json.dumps({"error": message}) + "\n")
+        super().error(message)
+
+
+def output(as_json: bool) -> Output:
+    return JsonOutput() if as_json else RichOutput()

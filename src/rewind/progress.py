@@ -1,18 +1,22 @@
-"""Showing a run's progress: a Rich bar on a terminal, plain periodic lines otherwise,
-and Prometheus metrics when a port is given. Core code only calls a :data:`ProgressHook`.
+"""The CLI's :class:`~rewind.core.console.Console`: what core code reports, shown to a person.
+
+A run's progress is a Rich bar on a terminal, plain periodic lines otherwise, and Prometheus
+metrics when a port is given; archive commits are one line each. With ``--json`` nothing is
+shown here (the command prints one JSON object at the end), metrics still are.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from rewind.job.runner import RunProgress
+from rewind.core.console import RunProgress
 
 
-class ProgressView:
-    """A context manager that turns :class:`RunProgress` updates into output and metrics."""
+class CliConsole:
+    """A context manager that turns what core code reports into output and metrics."""
 
     def __init__(self, enabled: bool = True, metrics_port: int | None = None, stream: Any = None) -> None:
         self.enabled = enabled
@@ -23,7 +27,7 @@ class ProgressView:
         self._task: Any = None
         self._last_line = 0.0
 
-    def __enter__(self) -> ProgressView:
+    def __enter__(self) -> CliConsole:
         if self.enabled and self.tty:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -47,7 +51,17 @@ class ProgressView:
         if self._rich is not None:
             self._rich.__exit__(*exc)
 
-    def __call__(self, p: RunProgress) -> None:
+    def archive_committed(self, result: Mapping[str, Any]) -> None:
+        if self.enabled:
+            print(
+                f"committed {result['pass_id']}: {result['records']:,} records, "
+                f"{result['skipped_offsets']:,} skipped offsets, {result['files']} files "
+                f"in {result['seconds']}s",
+                file=self.stream,
+                flush=True,
+            )
+
+    def run_progress(self, p: RunProgress) -> None:
         elapsed = max(time.monotonic() - p.started, 1e-6)
         rate = p.counts.records_read / elapsed
         if self.metrics is not None:

@@ -16,7 +16,7 @@ from rich.table import Table
 from rewind import logs
 from rewind.config import Settings, load_settings
 from rewind.errors import RewindError
-from rewind.output import Output
+from rewind.output import output
 from rewind.secrets import mask_text
 
 app = typer.Typer(
@@ -32,10 +32,16 @@ dev_app = typer.Typer(no_args_is_help=True, help="The embedded stack on loopback
 app.add_typer(dev_app, name="dev")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 F = TypeVar("F", bound=Callable[..., Any])
+
+
 class _Context:
     config: Path | None = None
     debug: bool = False
+
+
 ctx = _Context()
+
+
 @app.callback()
 def _main(
     config: Annotated[Path | None, typer.Option(help="Settings file (default ./rewind.yaml).")] = None,
@@ -43,18 +49,22 @@ def _main(
 ) -> None:
     """Rewind: safe, fast, repeatable backfills and replays of Kafka event streams."""
     ctx.config, ctx.debug = config, debug
+
+
 def _settings() -> Settings:
     settings = load_settings(ctx.config)
     logs.configure(logging.DEBUG if ctx.debug else logging.WARNING, settings.secret_values())
     if not ctx.debug:
         logging.getLogger("rewind.librdkafka").setLevel(logging.CRITICAL)
     return settings
+
+
 def command(fn: F) -> F:
     """Turn a RewindError into one masked line on stderr and exit code 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        out = Output(bool(kwargs.get("json_out")))
+        out = output(bool(kwargs.get("json_out")))
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
@@ -69,9 +79,13 @@ def command(fn: F) -> F:
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
 def _from_spark(exc: BaseException) -> bool:
     """An error Spark raised (a query that failed, a cast that did not fit): one line, like ours."""
     return type(exc).__module__.startswith(("pyspark.", "py4j."))
+
+
 def _parts_table(console: Console, parts: list[dict[str, Any]]) -> None:
     table = Table("part", "state", "address", "detail")
     for p in parts:
@@ -80,6 +94,8 @@ def _parts_table(console: Console, parts: list[dict[str, Any]]) -> None:
             detail += f" [{p['seconds']:.2f}s]"
         table.add_row(p["name"], p["state"], p["address"], detail)
     console.print(table)
+
+
 MetricsOpt = Annotated[
     int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics on 127.0.0.1:PORT.")
 ]

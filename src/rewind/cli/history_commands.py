@@ -10,7 +10,7 @@ from rich.table import Table
 
 from rewind.cli.app import JsonOpt, _settings, app, command
 from rewind.errors import RewindError
-from rewind.output import Output
+from rewind.output import output
 
 
 @app.command()
@@ -36,29 +36,22 @@ def archive(
 ) -> None:
     """Copy topics into an Iceberg archive, exactly once (the high-water is in the same commit)."""
     from rewind.history.service import run_archive
+    from rewind.progress import CliConsole
 
-    out = Output(json_out)
-
-    def progress(result: Any) -> None:
-        if not json_out:
-            r = result.to_dict()
-            out.console.print(
-                f"[green]committed[/] {r['pass_id']}: {r['records']:,} records, "
-                f"{r['skipped_offsets']:,} skipped offsets, {r['files']} files in {r['seconds']}s"
-            )
-
-    data = run_archive(
-        _settings(),
-        topics,
-        table,
-        continuous=not once,
-        compact=compact,
-        allow_loss=allow_loss,
-        max_offsets=max_offsets,
-        trigger_seconds=trigger_seconds,
-        duration_s=duration,
-        on_commit=progress,
-    )
+    out = output(json_out)
+    with CliConsole(enabled=not json_out) as console:
+        data = run_archive(
+            _settings(),
+            topics,
+            table,
+            continuous=not once,
+            compact=compact,
+            allow_loss=allow_loss,
+            max_offsets=max_offsets,
+            trigger_seconds=trigger_seconds,
+            duration_s=duration,
+            console=console,
+        )
 
     def render(console: Console, d: dict[str, Any]) -> None:
         committed = sum(1 for p in d["passes"] if p["committed"])
@@ -75,6 +68,8 @@ def archive(
             console.print(f"compaction: {'; '.join(c['notes'])}")
 
     out.result(data, render)
+
+
 @app.command()
 @command
 def query(
@@ -127,4 +122,4 @@ def query(
             where = f"{g['topic']}/{g['partition']} [{g['start']}, {g['end']})"
             console.print(f"[yellow]lost[/] {where}: {g['reason']}")
 
-    Output(json_out).result(data, render)
+    output(json_out).result(data, render)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rewind.cli.app import JsonOpt, MetricsOpt, _settings, app, command
-from rewind.output import Output
+from rewind.output import output
 
 
 @app.command()
@@ -22,12 +22,14 @@ def plan(spec: Annotated[Path, typer.Argument(help="Job spec (YAML).")], json_ou
 
     job_plan = plan_job(_settings(), load_spec(spec))
     data = _plan_summary(job_plan)
-    out = Output(json_out)
+    out = output(json_out)
     out.result(data, _render_plan)
     if not job_plan.ok:
         gate = job_plan.failed_gates()[0]
         out.failure(f"plan {job_plan.plan_id} refused by gate {gate.name}: {gate.detail}")
         raise typer.Exit(1)
+
+
 def _plan_summary(job_plan: Any) -> dict[str, Any]:
     by_partition: dict[str, dict[str, Any]] = {}
     history = job_plan.read_plan.get("history")
@@ -61,6 +63,8 @@ def _plan_summary(job_plan: Any) -> dict[str, Any]:
         "gates": [{"name": g.name, "ok": g.ok, "detail": g.detail} for g in job_plan.gates],
         "notes": list(job_plan.notes),
     }
+
+
 def _render_plan(console: Console, d: dict[str, Any]) -> None:
     console.print(
         f"[bold]plan {d['plan_id']}[/] for {d['name']}: {d['offsets']:,} offsets in {d['units']} units"
@@ -82,6 +86,8 @@ def _render_plan(console: Console, d: dict[str, Any]) -> None:
     console.print(gates)
     for note in d["notes"][:5]:
         console.print(f"[dim]note: {note}[/]")
+
+
 @app.command()
 @command
 def run(
@@ -91,16 +97,18 @@ def run(
 ) -> None:
     """Plan if given a spec, then execute on Spark into staging."""
     from rewind.job.service import run_job
-    from rewind.progress import ProgressView
+    from rewind.progress import CliConsole
     from rewind.spec import load_spec
 
     settings = _settings()
     target: Any = spec_or_plan if spec_or_plan.startswith("p-") and not Path(spec_or_plan).exists() else None
     if target is None:
         target = load_spec(Path(spec_or_plan))
-    with ProgressView(enabled=not json_out, metrics_port=metrics_port) as view:
-        outcome = run_job(settings, target, progress=view)
-    Output(json_out).result(outcome.to_dict(), _render_outcome)
+    with CliConsole(enabled=not json_out, metrics_port=metrics_port) as console:
+        outcome = run_job(settings, target, console=console)
+    output(json_out).result(outcome.to_dict(), _render_outcome)
+
+
 @app.command()
 @command
 def resume(
@@ -110,12 +118,14 @@ def resume(
 ) -> None:
     """Finish an interrupted or failed run; only unfinished units are redone."""
     from rewind.job.service import resume_job
-    from rewind.progress import ProgressView
+    from rewind.progress import CliConsole
 
     settings = _settings()
-    with ProgressView(enabled=not json_out, metrics_port=metrics_port) as view:
-        outcome = resume_job(settings, run_id, progress=view)
-    Output(json_out).result(outcome.to_dict(), _render_outcome)
+    with CliConsole(enabled=not json_out, metrics_port=metrics_port) as console:
+        outcome = resume_job(settings, run_id, console=console)
+    output(json_out).result(outcome.to_dict(), _render_outcome)
+
+
 def _render_outcome(console: Console, d: dict[str, Any]) -> None:
     console.print(
         f"[bold]{d['run_id']}[/] {d['state']}: read {d['records_read']:,}, rows out {d['rows_out']:,}, "
@@ -129,6 +139,8 @@ def _render_outcome(console: Console, d: dict[str, Any]) -> None:
     staging = d["staging"]
     where = staging.get("table", "?") + (f"@{staging['branch']}" if staging.get("branch") else "")
     console.print(f"staging: {where}; quarantine: {d['quarantine_table']}")
+
+
 @app.command()
 @command
 def runs(json_out: JsonOpt = False, limit: Annotated[int, typer.Option(help="How many.")] = 20) -> None:
@@ -145,7 +157,9 @@ def runs(json_out: JsonOpt = False, limit: Annotated[int, typer.Option(help="How
             )
         console.print(table)
 
-    Output(json_out).result({"runs": data}, render)
+    output(json_out).result({"runs": data}, render)
+
+
 @app.command()
 @command
 def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: JsonOpt = False) -> None:
@@ -183,12 +197,16 @@ def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: Json
         for entry in d["history"]:
             console.print(f"{entry['at']} {entry['action']} by {entry['user']}{_history_detail(entry)}")
 
-    Output(json_out).result(data, render)
+    output(json_out).result(data, render)
+
+
 def _folded(counts: dict[str, Any]) -> str:
     return (
         f"folded {counts.get('rows_in', 0):,} partial rows into {counts.get('rows_out', 0):,} "
         f"({counts.get('outside_window', 0):,} outside the window dropped)"
     )
+
+
 def _history_detail(entry: dict[str, Any]) -> str:
     """The part of an audit entry worth a line: what a swap replaced, a verdict, a reason."""
     d = entry["details"] or {}
@@ -200,6 +218,8 @@ def _history_detail(entry: dict[str, Any]) -> str:
     if "rows_in" in d:
         return f": {_folded(d)}"
     return f": {d['reason']}" if d.get("reason") else ""
+
+
 @app.command()
 @command
 def promote(
@@ -216,7 +236,9 @@ def promote(
     from rewind.job.publish import promote_run
 
     data = promote_run(_settings(), run_id, force=force, reason=reason, rebase=rebase)
-    Output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} promoted: {d['swap']}"))
+    output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} promoted: {d['swap']}"))
+
+
 @app.command()
 @command
 def rollback(
@@ -226,7 +248,9 @@ def rollback(
     from rewind.job.publish import rollback_run
 
     data = rollback_run(_settings(), run_id)
-    Output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} rolled back: {d['swap']}"))
+    output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} rolled back: {d['swap']}"))
+
+
 @app.command()
 @command
 def cleanup(
@@ -236,4 +260,4 @@ def cleanup(
     from rewind.job.publish import cleanup_run
 
     data = cleanup_run(_settings(), run_id)
-    Output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} cleaned up: {d['cleanup']}"))
+    output(json_out).result(data, lambda c, d: c.print(f"{d['run_id']} cleaned up: {d['cleanup']}"))

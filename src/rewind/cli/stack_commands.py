@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rewind.cli.app import JsonOpt, _parts_table, _settings, app, command, dev_app
-from rewind.output import Output
+from rewind.output import output
 
 
 @dev_app.command("up")
@@ -20,7 +20,9 @@ def dev_up(json_out: JsonOpt = False) -> None:
     from rewind.embedded.stack import Stack, as_dicts
 
     parts = as_dicts(Stack(_settings()).up())
-    Output(json_out).result({"parts": parts}, lambda c, d: _parts_table(c, d["parts"]))
+    output(json_out).result({"parts": parts}, lambda c, d: _parts_table(c, d["parts"]))
+
+
 @dev_app.command("down")
 @command
 def dev_down(json_out: JsonOpt = False) -> None:
@@ -28,7 +30,9 @@ def dev_down(json_out: JsonOpt = False) -> None:
     from rewind.embedded.stack import Stack, as_dicts
 
     parts = as_dicts(Stack(_settings()).down())
-    Output(json_out).result({"parts": parts}, lambda c, d: _parts_table(c, d["parts"]))
+    output(json_out).result({"parts": parts}, lambda c, d: _parts_table(c, d["parts"]))
+
+
 @dev_app.command("status")
 @command
 def dev_status(json_out: JsonOpt = False) -> None:
@@ -36,7 +40,9 @@ def dev_status(json_out: JsonOpt = False) -> None:
     from rewind.embedded.stack import Stack, as_dicts
 
     parts = as_dicts(Stack(_settings()).status())
-    Output(json_out).result({"parts": parts}, lambda c, d: _parts_table(c, d["parts"]))
+    output(json_out).result({"parts": parts}, lambda c, d: _parts_table(c, d["parts"]))
+
+
 @app.command()
 @command
 def doctor(
@@ -48,11 +54,13 @@ def doctor(
     from rewind.doctor import run_doctor
 
     report = run_doctor(_settings(), with_spark=spark, join_timeout_s=join_timeout)
-    out = Output(json_out)
+    out = output(json_out)
     out.result(report, _render_doctor)
     if not report["ok"]:  # stderr only: with --json the report above is the one JSON object
         out.failure(report["failure"])
         raise typer.Exit(1)
+
+
 def _render_doctor(console: Console, report: dict[str, Any]) -> None:
     colours = {
         "ok": "green",
@@ -66,6 +74,8 @@ def _render_doctor(console: Console, report: dict[str, Any]) -> None:
         colour = colours.get(c["status"], "white")
         table.add_row(c["name"], f"[{colour}]{c['status']}[/]", c["detail"], f"{c['seconds']:.2f}")
     console.print(table)
+
+
 @app.command()
 @command
 def demo(
@@ -79,7 +89,9 @@ def demo(
 
     console = Console(stderr=json_out, highlight=False, soft_wrap=True)
     result = run_demo(_settings(), events=events, seed=seed, say=console.print, report_path=report)
-    Output(json_out).result({"ok": True, "steps": result.steps, "summary": result.summary}, _render_demo)
+    output(json_out).result({"ok": True, "steps": result.steps, "summary": result.summary}, _render_demo)
+
+
 def _render_demo(console: Console, data: dict[str, Any]) -> None:
     s = data["summary"]
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(s["quarantine_reasons"].items())) or "none"
@@ -98,8 +110,10 @@ def _render_demo(console: Console, data: dict[str, Any]) -> None:
         f"`rewind show {s['run_id']}` tells the run again; `rewind dev down` stops the stack.",
         soft_wrap=True,
     )
+
+
 @app.command("config")
 @command
 def show_config(json_out: JsonOpt = False) -> None:
     """Print the effective settings, secrets masked."""
-    Output(json_out).result(_settings().public(), lambda c, d: c.print_json(data=d))
+    output(json_out).result(_settings().public(), lambda c, d: c.print_json(data=d))

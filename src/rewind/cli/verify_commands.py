@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rewind.cli.app import JsonOpt, _settings, app, command
-from rewind.output import Output
+from rewind.output import output
 
 
 @app.command()
@@ -27,11 +27,13 @@ def verify(
     from rewind.verify.service import verify_run
 
     data = verify_run(_settings(), run_id, report)
-    out = Output(json_out)
+    out = output(json_out)
     out.result(data, _render_verify)
     if not data["passed"]:
         out.failure(f"verification of {run_id} failed: {'; '.join(data['failed'])}")
         raise typer.Exit(1)
+
+
 def _render_verify(console: Console, d: dict[str, Any]) -> None:
     verdict = "[bold green]PASSED[/]" if d["passed"] else "[bold red]FAILED[/]"
     console.print(f"[bold]{d['run_id']}[/] {verdict}: {d['staging']} vs {d['reference']} ({d['mode']})")

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.console import QuietConsole, RunProgress
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
 
@@ -43,8 +44,6 @@ Say = Callable[[str], None]
 
 SEAM_DAY = 50
 BUG_FROM_DAY, BUG_DAYS = 47, 5
-
-
 
 
 def expect(condition: bool, step: str, message: str) -> None:
@@ -167,7 +166,7 @@ def run_demo(
 
     t0 = time.monotonic()
     say("[bold]3. run v2[/] (translate per event, fold per order) into a staging branch")
-    outcome = run_job(settings, plan.plan_id, progress=lambda p: say(f"   {_progress_line(p)}"))
+    outcome = run_job(settings, plan.plan_id, console=_SayConsole(say))
     run_id = outcome.run_id
     _check_run(outcome.to_dict(), scene)
     result.step("run", t0, run_id=run_id, **_run_facts(outcome.to_dict()))
@@ -284,8 +283,15 @@ def _plan_lines(plan: Any) -> list[str]:
     return lines
 
 
-def _progress_line(p: Any) -> str:
-    return f"{p.units_done}/{p.units_total} units, {p.counts.records_read:,} records read"
+class _SayConsole(QuietConsole):
+    """The run's progress told as lines of the story."""
+
+    def __init__(self, say: Say) -> None:
+        self.say = say
+
+    def run_progress(self, progress: RunProgress) -> None:
+        p = progress
+        self.say(f"   {p.units_done}/{p.units_total} units, {p.counts.records_read:,} records read")
 
 
 def _run_facts(outcome: dict[str, Any]) -> dict[str, Any]:

@@ -84,6 +84,8 @@ if TYPE_CHECKING:
     from rewind.config import Settings
 
 log = logging.getLogger(__name__)
+
+
 def archive_once(
     settings: Settings,
     topics: Sequence[str],
@@ -122,6 +124,8 @@ def archive_once(
             spark, settings, archive_pass, data_folder(iceberg), chunk_records=chunk_records, via=via
         )
     return commit_pass(catalog, iceberg, archive_pass, written, started=started)
+
+
 def _offset_log(checkpoint: Path, batch_id: int) -> dict[TP, int] | None:
     """The end offsets Spark wrote for ``batch_id`` in the query's offset log (written before the batch)."""
     path = checkpoint / "offsets" / str(batch_id)
@@ -130,6 +134,8 @@ def _offset_log(checkpoint: Path, batch_id: int) -> dict[TP, int] | None:
     lines = path.read_text().splitlines()
     data = json.loads(lines[2])
     return {(t, int(p)): int(o) for t, parts in data.items() for p, o in parts.items()}
+
+
 class ContinuousArchive:
     """A running continuous archive: a streaming query committing every micro-batch.
 
@@ -245,6 +251,8 @@ class ContinuousArchive:
         if error is not None:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise HistoryError(f"continuous archive of {self.table} stopped: {first}")
+
+
 def start_continuous(
     spark: SparkSession,
     settings: Settings,

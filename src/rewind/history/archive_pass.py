@@ -52,6 +52,8 @@ ReadVia = Literal["tasks", "reader"]
 CHUNK_RECORDS = 500_000
 RANGES_PER_TASK = 4  # as the rewind-kafka reader: one consumer fetches several partitions at once
 POLL_TIMEOUT_S = 120.0
+
+
 @dataclass(frozen=True)
 class ArchivePass:
     """A planned pass: what to read, on top of which state. Plain data, JSON-friendly."""
@@ -69,6 +71,8 @@ class ArchivePass:
     @property
     def offsets(self) -> int:
         return sum(r.size for r in self.ranges)
+
+
 @dataclass
 class Written:
     """What the tasks of a pass wrote: files with their row counts, and runs of offsets seen."""
@@ -76,6 +80,8 @@ class Written:
     files: list[tuple[str, int]] = field(default_factory=list)
     runs: dict[TP, list[tuple[int, int]]] = field(default_factory=dict)
     rows: dict[TP, int] = field(default_factory=dict)
+
+
 @dataclass
 class PassResult:
     """The outcome of one pass (or one micro-batch of a continuous archive)."""
@@ -111,6 +117,8 @@ class PassResult:
             "records_per_s": round(self.records / self.seconds) if self.seconds > 0 else None,
             "notes": self.notes,
         }
+
+
 def plan_pass(
     settings: Settings,
     topics: Sequence[str],
@@ -194,8 +202,12 @@ def plan_pass(
         started_at_us=int(time.time() * 1_000_000),
         notes=tuple(notes),
     )
+
+
 def data_folder(table: Table) -> str:
     return f"{table.location().rstrip('/')}/data"
+
+
 def write_ranges(
     spark: SparkSession,
     settings: Settings,
@@ -257,6 +269,8 @@ def write_ranges(
             written.rows[tp] = written.rows.get(tp, 0) + int(row.rows)
     written.runs = {tp: spans.merge(r) for tp, r in written.runs.items()}
     return written
+
+
 def _check_written(archive_pass: ArchivePass, written: Written) -> dict[TP, list[tuple[int, int]]]:
     """The gaps of every range; raises when the tasks saw offsets outside the ranges or twice."""
     by_tp = {(r.topic, r.partition): r for r in archive_pass.ranges}
@@ -282,6 +296,8 @@ def _check_written(archive_pass: ArchivePass, written: Written) -> dict[TP, list
             "nothing was committed"
         )
     return gaps
+
+
 def _record_gaps(
     catalog: Catalog,
     archive_pass: ArchivePass,
@@ -323,6 +339,8 @@ def _record_gaps(
     assert table is not None
     table.append(pa.Table.from_pylist(rows, schema=gaps_arrow_schema()))
     return len(rows)
+
+
 def commit_pass(
     catalog: Catalog,
     table: Table,

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.console import QUIET, Console
 from rewind.history.exceptions import HistoryError
 
 if TYPE_CHECKING:
     from rewind.config import Settings
-    from rewind.history.archive_pass import PassResult
     from rewind.history.plan import Prefer
 
 
@@ -25,7 +25,7 @@ def run_archive(
     max_offsets: int | None = None,
     trigger_seconds: float = 5.0,
     duration_s: float | None = None,
-    on_commit: Callable[[PassResult], None] | None = None,
+    console: Console = QUIET,
 ) -> dict[str, Any]:
     """One pass (or a continuous archive until ``duration_s`` or Ctrl-C), then compaction if asked."""
     from rewind.history.archive import archive_once, start_continuous
@@ -49,8 +49,8 @@ def run_archive(
             allow_loss=allow_loss,
             max_offsets=max_offsets,  # Spark only if needed
         )
-        if on_commit is not None and result.committed:
-            on_commit(result)
+        if result.committed:
+            console.archive_committed(result.to_dict())
         out["passes"] = [result.to_dict()]
     else:
         runner = start_continuous(
@@ -70,8 +70,7 @@ def run_archive(
                 if runner.query.exception() is not None or not runner.query.isActive:
                     break
                 for result in runner.results[shown:]:
-                    if on_commit is not None:
-                        on_commit(result)
+                    console.archive_committed(result.to_dict())
                 shown = len(runner.results)
                 time.sleep(0.5)
         except KeyboardInterrupt:
@@ -82,8 +81,7 @@ def run_archive(
         if error is not None:
             raise HistoryError(f"continuous archive of {table} failed: {str(error).splitlines()[0]}")
         for result in runner.results[shown:]:
-            if on_commit is not None:
-                on_commit(result)
+            console.archive_committed(result.to_dict())
         out["passes"] = [r.to_dict() for r in runner.results]
     out["records"] = sum(p["records"] for p in out["passes"])
     if compact:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.core.console import QUIET, Console, RunProgress
 from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
@@ -52,22 +53,6 @@ log = logging.getLogger(__name__)
 
 class ConservationViolated(RewindError):
     """records read != emitted + quarantined + filtered for some unit: the run fails."""
-
-
-@dataclass
-class RunProgress:
-    """What a progress display is told after each wave."""
-
-    run_id: str
-    units_total: int
-    units_done: int
-    offsets_total: int
-    counts: RecordCounts
-    started: float
-    state: str = "running"
-
-
-ProgressHook = Callable[[RunProgress], None]
 
 
 @dataclass
@@ -129,7 +114,7 @@ def execute(
     plan: JobPlan,
     run_id: str,
     *,
-    progress: ProgressHook | None = None,
+    console: Console = QUIET,
     units_per_wave: int | None = None,
     after_commit: Callable[[list[str]], None] | None = None,
 ) -> RunOutcome:
@@ -170,8 +155,7 @@ def execute(
                 waves += 1
                 if after_commit is not None:
                     after_commit([u.id for u in wave])
-                if progress is not None:
-                    progress(_progress(ledger, plan, run_id, started))
+                console.run_progress(_progress(ledger, plan, run_id, started))
             # 6. read models: fold the run's rows per key, keep the replaced window (once)
             folded = _finalize(settings, ledger, plan, sink, staging, run_id, parts)
             if parts is not None:  # folded into the sink: the partial rows are not needed any more

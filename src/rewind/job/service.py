@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.core.console import QUIET, Console
 from rewind.errors import RewindError
 from rewind.job.plan import JobPlan, PlanRefused, build_plan
-from rewind.job.runner import ProgressHook, RunOutcome, execute, start_run
+from rewind.job.runner import RunOutcome, execute, start_run
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -58,7 +59,7 @@ def run_job(
     settings: Settings,
     spec_or_plan: JobSpec | str,
     *,
-    progress: ProgressHook | None = None,
+    console: Console = QUIET,
     run_id: str | None = None,
     units_per_wave: int | None = None,
 ) -> RunOutcome:
@@ -76,14 +77,14 @@ def run_job(
         target = make_sink(settings, plan.job_spec()).target
         rid = start_run(ledger, plan, target, run_id)
         faults.point("after-plan")
-        return execute(settings, ledger, plan, rid, progress=progress, units_per_wave=units_per_wave)
+        return execute(settings, ledger, plan, rid, console=console, units_per_wave=units_per_wave)
 
 
 def resume_job(
     settings: Settings,
     run_id: str,
     *,
-    progress: ProgressHook | None = None,
+    console: Console = QUIET,
     units_per_wave: int | None = None,
 ) -> RunOutcome:
     """Finish an interrupted or failed run: only units not yet committed are redone."""
@@ -93,7 +94,7 @@ def resume_job(
             raise RewindError(f"run {run_id} is {run.state}; there is nothing to resume")
         plan = load_plan(ledger, run.plan_id)
         ledger.audit(run_id, "resume", {"from_state": run.state})
-        return execute(settings, ledger, plan, run_id, progress=progress, units_per_wave=units_per_wave)
+        return execute(settings, ledger, plan, run_id, console=console, units_per_wave=units_per_wave)
 
 
 def show_run(settings: Settings, run_id: str) -> dict[str, Any]:

@@ -36,17 +36,25 @@ PROBE_SETTINGS: dict[str, Any] = {
     "max.partition.fetch.bytes": 65536,
     "fetch.queue.backoff.ms": 10,
 }
+
+
 @dataclass(frozen=True)
 class ProbeRecord:
     offset: int
     ts: int
+
+
 @dataclass(frozen=True)
 class ProbeRead:
     """Read from ``start``; stop after the first record at or above ``until`` or at the end."""
 
     start: int
     until: int
+
+
 ProbeJob: TypeAlias = Generator[ProbeRead, list[ProbeRecord], Any]
+
+
 class Prober:
     """Runs read jobs with ONE consumer, all partitions in parallel, one position per partition.
 
@@ -157,14 +165,20 @@ class Prober:
                     following[tp] = step
             current = following
         return results
+
+
 def probe_high(start: int) -> Generator[ProbeRead, list[ProbeRecord], None]:
     """Fetch once near the end so that the consumer caches the fetch's high watermark."""
     yield ProbeRead(start, start)
+
+
 @dataclass(frozen=True)
 class TimeAnswer:
     offset: int
     method: Method
     notes: tuple[str, ...] = ()
+
+
 def time_job(
     tp: TP, option: str, ts: int, listed: int, low: int, high: int
 ) -> Generator[ProbeRead, list[ProbeRecord], TimeAnswer]:
@@ -227,6 +241,8 @@ def time_job(
     )
     logger.info("%s", note)
     return TimeAnswer(answer, "search", (note, *_order_notes(name, seen)))
+
+
 def _order_notes(name: str, seen: list[ProbeRecord]) -> tuple[str, ...]:
     """A note when the records read show timestamps going backwards along the partition."""
     by_offset = sorted({r.offset: r for r in seen}.values(), key=lambda r: r.offset)

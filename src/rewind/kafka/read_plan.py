@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 
 Method = Literal["earliest", "latest", "offset", "list-offsets", "search"]
+
+
 @dataclass(frozen=True)
 class PartitionPlan:
     """The resolved window of one partition, with the broker facts it was resolved from.
@@ -78,6 +80,8 @@ class PartitionPlan:
             end_method=data["end_method"],
             notes=tuple(str(n) for n in data.get("notes", ())),
         )
+
+
 @dataclass(frozen=True)
 class ReadPlan:
     """Per-partition ranges in (topic, partition) order, and what was learnt resolving them."""
@@ -149,6 +153,8 @@ class ReadPlan:
     @classmethod
     def from_json(cls, text: str) -> ReadPlan:
         return cls.from_dict(json.loads(text))
+
+
 def _divide(r: OffsetRange, parts: int) -> list[OffsetRange]:
     """``parts`` consecutive pieces of ``r`` whose sizes differ by at most one."""
     base, extra = divmod(r.size, parts)

@@ -80,6 +80,8 @@ if TYPE_CHECKING:
     from confluent_kafka.admin import ClusterMetadata
 
 logger = logging.getLogger(__name__)
+
+
 def _requested_partitions(request: WindowRequest, metadata: ClusterMetadata) -> tuple[list[TP], list[str]]:
     topics = metadata.topics
 
@@ -119,6 +121,8 @@ def _requested_partitions(request: WindowRequest, metadata: ClusterMetadata) -> 
         )
         found = [(t, p) for t in names for p in partitions_of(t, "subscribePattern")]
     return sorted(set(found)), notes
+
+
 def _check_named(spec: BoundSpec, partitions: list[TP]) -> None:
     wanted = set(partitions)
     extra = sorted(set(spec.overrides) - wanted)
@@ -136,6 +140,8 @@ def _check_named(spec: BoundSpec, partitions: list[TP]) -> None:
                 "partition of the subscription (-2 earliest, -1 latest)",
                 option=spec.option,
             )
+
+
 def _list_offsets(
     conf: dict[str, Any], specs: dict[str, dict[TP, int]], timeout_s: float
 ) -> dict[str, dict[TP, int]]:
@@ -170,6 +176,8 @@ def _list_offsets(
     finally:
         consumer.close()
     return out
+
+
 def resolve(
     conf: dict[str, Any],
     request: WindowRequest,
@@ -302,6 +310,8 @@ def resolve(
             "those bounds were found by searching record timestamps"
         )
     return ReadPlan(tuple(plans), tuple(plan_notes))
+
+
 def _plan_partition(
     tp: TP,
     request: WindowRequest,

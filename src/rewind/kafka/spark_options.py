@@ -26,13 +26,19 @@ _END_OFFSETS_HELP = 'expected "latest" or JSON like {"topic":{"0":23,"1":-1}} (-
 _BY_TIMESTAMP_HELP = 'expected JSON like {"topic":{"0":1700000000000}} (milliseconds since the epoch)'
 _TIMESTAMP_HELP = "expected milliseconds since the epoch, like 1700000000000"
 _ASSIGN_HELP = 'expected JSON like {"topic":[0,1]}'
+
+
 def _show(value: str, limit: int = 120) -> str:
     """The value on one line, shortened: it goes into a one-line error message."""
     text = str(value)
     flat = " ".join(text.split()) if any(c in text for c in "\r\n\t\v\f") else text
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 def _bad(option: str, value: str, why: str, allowed: str) -> PlanError:
     return PlanError(f"bad {option} '{_show(value)}': {why}; {allowed}", option=option)
+
+
 class _Options:
     """Spark's options, looked up case-insensitively (as Spark's CaseInsensitiveMap does)."""
 
@@ -56,6 +62,8 @@ class _Options:
 
     def given(self, name: str) -> bool:
         return name.lower() in self.values
+
+
 def _parse_json(option: str, raw: str, allowed: str) -> Any:
     try:
         return json.loads(raw)
@@ -66,6 +74,8 @@ def _parse_json(option: str, raw: str, allowed: str) -> Any:
             else "not valid JSON"
         )
         raise _bad(option, raw, why, allowed) from None
+
+
 def _parse_int(option: str, raw: str, *, minimum: int, allowed: str) -> int:
     text = raw.strip()
     if not re.fullmatch(r"[+-]?\d+", text):
@@ -74,10 +84,14 @@ def _parse_int(option: str, raw: str, *, minimum: int, allowed: str) -> int:
     if number < minimum:
         raise _bad(option, raw, f"must be >= {minimum}", allowed)
     return number
+
+
 def _partition_key(option: str, raw: str, topic: str, key: object, allowed: str) -> int:
     if not isinstance(key, str) or not re.fullmatch(r"\d+", key.strip()):
         raise _bad(option, raw, f"partition {key!r} of topic {topic!r} is not a partition number", allowed)
     return int(key)
+
+
 def _parse_partition_map(
     option: str, raw: str, allowed: str, *, kind: Literal["start", "end", "time"]
 ) -> dict[TP, Bound]:
@@ -106,6 +120,8 @@ def _parse_partition_map(
                 raise _bad(option, raw, f"{topic}/{partition}: offset {value} is negative", allowed)
             out[(topic, partition)] = value
     return out
+
+
 def _parse_side(opts: _Options, side: Literal["starting", "ending"], notes: list[str]) -> BoundSpec:
     """One side of the window with Spark's precedence: timestamp > by-timestamp JSON > offsets."""
     ts_opt, by_opt, off_opt = f"{side}Timestamp", f"{side}OffsetsByTimestamp", f"{side}Offsets"
@@ -137,6 +153,8 @@ def _parse_side(opts: _Options, side: Literal["starting", "ending"], notes: list
     if raw.strip().lower() == "earliest":
         raise _bad(off_opt, raw, "a window can't end at earliest", _END_OFFSETS_HELP)
     return BoundSpec(None, _parse_partition_map(off_opt, raw, _END_OFFSETS_HELP, kind="end"), option=off_opt)
+
+
 def _parse_subscription(opts: _Options) -> dict[str, Any]:
     given = [name for name in ("subscribe", "subscribePattern", "assign") if opts.given(name)]
     if len(given) != 1:
@@ -181,6 +199,8 @@ def _parse_subscription(opts: _Options) -> dict[str, Any]:
                 )
             pairs.append((topic, part))
     return {"assign": tuple(sorted(set(pairs)))}
+
+
 def parse_spark_options(options: Mapping[str, str]) -> WindowRequest:
     """A :class:`WindowRequest` from the options of Spark's Kafka source, with Spark's semantics.
 

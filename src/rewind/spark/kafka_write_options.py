@@ -27,8 +27,12 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 """Producer settings Rewind picks over librdkafka's; any ``kafka.*`` option overrides them."""
 TRANSACTIONAL_DEFAULTS: dict[str, Any] = {"transaction.timeout.ms": 600_000}
 _KNOWN_COLUMNS = ("topic", "key", "value", "headers", "partition", "timestamp")
+
+
 class KafkaWriteError(RewindError):
     """Kafka refused records, or the producer failed; the task (and so the job) fails."""
+
+
 @dataclass(frozen=True)
 class WriterOptions:
     """The writer's options, parsed and checked once on the driver."""
@@ -90,7 +94,11 @@ class WriterOptions:
             summary_path=opts.get("summarypath") or None,
             ignore_extra_columns=flag(opts, "ignoreextracolumns"),
         )
+
+
 TimestampKind = Literal["none", "timestamp", "seconds"]
+
+
 @dataclass(frozen=True)
 class RecordLayout:
     """Which of Spark's Kafka sink columns the DataFrame has (checked on the driver)."""

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 _SLICE_ROWS = 10_000  # rows produced between two polls of the delivery queue
 _TRANSACTION_CALL_TIMEOUT_S = 60.0  # a broker that cannot init/commit in a minute fails the task
+
+
 @dataclass
 class KafkaWriteCommitMessage(WriterCommitMessage):
     """What one task wrote; sent to the driver's ``commit``."""
@@ -36,6 +38,8 @@ class KafkaWriteCommitMessage(WriterCommitMessage):
     seconds: float
     transactional_id: str | None = None
     throttled_seconds: float = 0.0
+
+
 class WriteTask:
     """One task's producer and its bookkeeping.
 
@@ -282,12 +286,16 @@ class WriteTask:
         text = err.str() if hasattr(err, "str") else str(err)
         partition = args[3] if len(args) > 3 and args[3] >= 0 else "(any)"
         return KafkaWriteError(f"Kafka refused a record for topic {args[0]} partition {partition}: {text}")
+
+
 def _pylist(column: pa.Array) -> list[Any]:
     """A column as a Python list, 5-20x faster than ``to_pylist`` (which builds a scalar per value).
 
     Only for columns whose nulls should become ``None`` (strings, binaries) or that have none.
     """
     return column.to_numpy(zero_copy_only=False).tolist()
+
+
 def _row_sizes(batch: pa.RecordBatch, layout: RecordLayout) -> pa.Array:
     """Bytes of each row as Kafka counts payload: key + value + header keys and values."""
     import pyarrow as pa
@@ -311,10 +319,14 @@ def _row_sizes(batch: pa.RecordBatch, layout: RecordLayout) -> pa.Array:
         rebased = offsets - offsets[0]
         sizes = pc.add(sizes, pa.array(running[rebased[1:]] - running[rebased[:-1]]))
     return sizes
+
+
 def _partitions(batch: pa.RecordBatch) -> list[int]:
     import pyarrow.compute as pc
 
     return _pylist(pc.fill_null(batch.column("partition"), -1))
+
+
 def _timestamps(batch: pa.RecordBatch, kind: TimestampKind) -> list[int]:
     """Record timestamps in epoch ms; 0 (librdkafka: "now") where the column is null."""
     import pyarrow as pa
@@ -329,6 +341,8 @@ def _timestamps(batch: pa.RecordBatch, kind: TimestampKind) -> list[int]:
     if low is not None and low < 0:
         raise KafkaWriteError(f"timestamp before 1970 ({low} ms) cannot be a Kafka record timestamp")
     return _pylist(pc.fill_null(millis, 0))
+
+
 def _headers(batch: pa.RecordBatch) -> list[list[tuple[str, Any]] | None]:
     return [
         None if row is None else [(h["key"], h["value"]) for h in row]

@@ -86,6 +86,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 WRITE_ONLY_FORMAT_NAME = "rewind-kafka-w"
+
+
 @dataclass(frozen=True)
 class KafkaWriteSummary:
     """Totals of a whole write job, aggregated on the driver."""
@@ -106,6 +108,8 @@ class KafkaWriteSummary:
             task_seconds=round(sum(m.seconds for m in done), 3),
             throttled_seconds=round(sum(m.throttled_seconds for m in done), 3),
         )
+
+
 class KafkaArrowWriter(DataSourceArrowWriter):
     """Writes Arrow record batches to Kafka, one idempotent (or transactional) producer per task.
 
@@ -186,6 +190,8 @@ class KafkaArrowWriter(DataSourceArrowWriter):
                 Path(self.options.rate_limit_dir) if self.options.rate_limit_dir else default_state_dir()
             )
             remove_shared_state(directory, self.job_id)
+
+
 def make_writer(schema: StructType, overwrite: bool, options: Mapping[str, str]) -> KafkaArrowWriter:
     """The writer for ``DataSource.writer()``: options and columns are checked here, on the driver.
 
@@ -195,6 +201,8 @@ def make_writer(schema: StructType, overwrite: bool, options: Mapping[str, str])
         raise ConfigError(f"format {FORMAT_NAME!r} only appends to Kafka topics; use mode('append')")
     parsed = WriterOptions.parse(options)
     return KafkaArrowWriter(parsed, RecordLayout.from_schema(schema, parsed))
+
+
 class KafkaWriteOnlySource(DataSource):
     """The writer alone as a data source (``rewind-kafka-w``), until the reader joins it."""
 

@@ -23,6 +23,8 @@ _UNSET: Any = object()
 
 class _Plain(str):
     """Text shown as is in a message (not quoted like a user's string)."""
+
+
 class _Bad(ValueError):
     """A validation failure carrying the parts of a one-line message.
 
@@ -38,6 +40,8 @@ class _Bad(ValueError):
         self.got = got
         self.at = at
         super().__init__(_compose(what, got, allowed))
+
+
 def _compose(what: str, got: Any, allowed: str, key: str = "") -> str:
     text = what
     if got is not _UNSET:
@@ -45,6 +49,8 @@ def _compose(what: str, got: Any, allowed: str, key: str = "") -> str:
     if allowed:
         text += f"; {allowed}"
     return text
+
+
 def _show(value: Any, key: str = "", limit: int = 120) -> str:
     """A value on one line, shortened and with secrets masked: it goes into an error message."""
     value = value if isinstance(value, _Plain) else mask(value, key)
@@ -66,10 +72,16 @@ def _show(value: Any, key: str = "", limit: int = 120) -> str:
         text = repr(value)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _alias(name: str, info: FieldInfo) -> str:
     return info.validation_alias if isinstance(info.validation_alias, str) else (info.alias or name)
+
+
 def _allowed_fields(model: type[BaseModel]) -> str:
     return ", ".join(_alias(n, f) for n, f in model.model_fields.items())
+
+
 def _unwrap(annotation: Any) -> Any:
     """``X | None`` → ``X``."""
     if get_origin(annotation) in (Union, types.UnionType):
@@ -77,6 +89,8 @@ def _unwrap(annotation: Any) -> Any:
         if len(args) == 1:
             return args[0]
     return annotation
+
+
 def _model_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
     """The model that validates the value at ``loc`` (by aliases), or None if not a model."""
     current: Any = root
@@ -96,6 +110,8 @@ def _model_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseMod
         else:
             return None
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
 _TYPE_ERRORS: dict[str, tuple[str, str]] = {
     "int_type": ("not an integer", "expected a whole number"),
     "int_parsing": ("not an integer", "expected a whole number"),
@@ -109,6 +125,8 @@ _TYPE_ERRORS: dict[str, tuple[str, str]] = {
     "list_type": ("not a list", "expected a list, like [a, b]"),
     "dict_type": ("not a mapping", "expected a mapping, like {a: b}"),
 }
+
+
 def _describe(root: type[BaseModel], err: Mapping[str, Any]) -> tuple[tuple[str | int, ...], str]:
     """The location and the message (without location) of one pydantic error."""
     loc: tuple[str | int, ...] = tuple(err["loc"])
@@ -143,6 +161,8 @@ def _describe(root: type[BaseModel], err: Mapping[str, Any]) -> tuple[tuple[str 
         return loc, _compose(what, value, allowed, key)
     message = str(err.get("msg", kind)).removeprefix("Value error, ")
     return loc, _compose(message[:1].lower() + message[1:], value, "", key)
+
+
 def _spec_error(exc: ValidationError, source_name: str, root: type[BaseModel]) -> SpecError:
     """One line for the first error (``root`` is the model validated, to find a field's model)."""
     # An unknown field first: it is often a typo that also makes a required field "missing".

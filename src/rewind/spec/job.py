@@ -42,6 +42,8 @@ guards:
   max_records_per_second: 50000
   max_records: 50000000
 """
+
+
 class JobSpec(_Model):
     """A backfill job: read a window, decode, translate, write, within guards."""
 

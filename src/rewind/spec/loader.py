@@ -19,6 +19,8 @@ from rewind.spec.job import JobSpec
 class _DuplicateKey(Exception):
     def __init__(self, key: str, line: int, first: int) -> None:
         self.key, self.line, self.first = key, line, first
+
+
 class _StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that a key given twice in a mapping is an error."""
 
@@ -32,6 +34,8 @@ class _StrictLoader(yaml.SafeLoader):
                     raise _DuplicateKey(key_node.value, line, seen[ident])
                 seen[ident] = line
         return super().construct_mapping(node, deep=deep)
+
+
 def parse_spec(data: Any, source_name: str = "<spec>") -> JobSpec:
     """Validate ``data`` (a mapping, as loaded from YAML) into a :class:`JobSpec`.
 
@@ -48,6 +52,8 @@ def parse_spec(data: Any, source_name: str = "<spec>") -> JobSpec:
         return JobSpec.model_validate(dict(data))
     except ValidationError as exc:
         raise _spec_error(exc, source_name, JobSpec) from None
+
+
 def load_spec(path: str | Path) -> JobSpec:
     """Read a YAML spec file into a :class:`JobSpec`; every problem is a one-line :class:`SpecError`."""
     name = str(path)

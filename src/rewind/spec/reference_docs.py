@@ -27,6 +27,8 @@ def _walk(model: type[BaseModel], path: str) -> Iterator[tuple[str, type[BaseMod
             inner = _unwrap(get_args(inner)[-1])
         if isinstance(inner, type) and issubclass(inner, BaseModel):
             yield from _walk(inner, here)
+
+
 def _type_text(annotation: Any, info: FieldInfo | None = None, path: str = "") -> str:
     extra = info.json_schema_extra if info is not None and isinstance(info.json_schema_extra, dict) else {}
     if "doc_type" in extra:
@@ -50,6 +52,8 @@ def _type_text(annotation: Any, info: FieldInfo | None = None, path: str = "") -
             if getattr(rule, attr, None) is not None:
                 text += f" {sign} {getattr(rule, attr)}"
     return text
+
+
 def _default_text(info: FieldInfo) -> str:
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     if "doc_default" in extra:
@@ -62,6 +66,8 @@ def _default_text(info: FieldInfo) -> str:
     if info.default is None or info.default is PydanticUndefined:
         return "none"
     return f"`{json.dumps(info.default)}`" if not isinstance(info.default, str) else f"`{info.default}`"
+
+
 def spec_reference_markdown() -> str:
     """The reference of every spec field (type, default, description), in Markdown.
 

@@ -38,6 +38,8 @@ class Guards(_Model):
     @classmethod
     def _bytes(cls, value: Any) -> Any:
         return _size(value)
+
+
 class RunSettings(_Model):
     """How a run is cut into work units and leased."""
 
@@ -52,6 +54,8 @@ class RunSettings(_Model):
         allow_inf_nan=False,
         description="Seconds a runner's lease on the run lasts without renewal before another may take over.",
     )
+
+
 class Quarantine(_Model):
     """Where rejected records go, with their reason: an Iceberg table."""
 

@@ -188,6 +188,8 @@ class KafkaSource(_Model):
     def declared_start(self) -> dict[tuple[str, int], int]:
         """``declared_log_start`` keyed by (topic, partition), for ``offsets.resolve``."""
         return {(t, p): o for t, parts in (self.declared_log_start or {}).items() for p, o in parts.items()}
+
+
 class HistorySource(KafkaSource):
     """Records of Kafka topics in ``[from, to)``, read across the lake archive and the log.
 
@@ -203,6 +205,8 @@ class HistorySource(KafkaSource):
         default=False,
         description="Run even when offsets were lost (never archived, gone from Kafka); they are recorded.",
     )
+
+
 class Source(_Model):
     """Where the records come from: exactly one kind of source."""
 

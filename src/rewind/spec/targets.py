@@ -98,6 +98,8 @@ class IcebergTarget(_Model):
     @property
     def namespace(self) -> str:
         return self.table.rsplit(".", 1)[0]
+
+
 class SqlTarget(_Model):
     """Write to a PostgreSQL table (a service's read model)."""
 
@@ -175,6 +177,8 @@ class SqlTarget(_Model):
                 got=url,
             )
         return url
+
+
 class KafkaTarget(_Model):
     """Produce the output to a Kafka topic dedicated to the backfill."""
 
@@ -218,6 +222,8 @@ class KafkaTarget(_Model):
             str(k): (str(v).lower() if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v)
             for k, v in value.items()
         }
+
+
 class SinkConfig(_Model):
     """Where the output goes: exactly one kind of sink."""
 

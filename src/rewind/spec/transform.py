@@ -121,6 +121,8 @@ class Decode(_Model):
                 at=("schema_dir",),
             )
         return self
+
+
 class Translate(_Model):
     """The user's transformation: a Python function or a SQL query, and its version."""
 

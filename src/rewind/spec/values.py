@@ -47,6 +47,8 @@ _BOUND_FORMS = (
 )
 _FROM_HELP = f'expected "earliest", {_TO_WORDS}{_BOUND_FORMS}'
 _TO_HELP = f"expected {_TO_WORDS}{_BOUND_FORMS}"
+
+
 def _epoch_ms(value: int, raw: Any, allowed: str) -> datetime:
     if value < _MIN_EPOCH_MS:
         raise _Bad(
@@ -58,6 +60,8 @@ def _epoch_ms(value: int, raw: Any, allowed: str) -> datetime:
     if value > _MAX_EPOCH_MS:
         raise _Bad("too large for epoch milliseconds (after year 9999)", allowed, got=raw)
     return _EPOCH + value * _MS
+
+
 def _aware(value: datetime, raw: Any) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         example = value.isoformat(timespec="seconds")
@@ -72,8 +76,12 @@ def _aware(value: datetime, raw: Any) -> datetime:
     if utc < _EPOCH:
         raise _Bad("before 1970-01-01T00:00:00Z", "Kafka timestamps start at the epoch", got=raw)
     return utc
+
+
 def _to_ms(value: datetime) -> int:
     return (value - _EPOCH) // _MS
+
+
 def _iso(value: datetime) -> str:
     """``2026-10-01T00:00:00Z``, with ``.123`` when the time has milliseconds."""
     utc = value.astimezone(UTC)
@@ -81,10 +89,14 @@ def _iso(value: datetime) -> str:
     if utc.microsecond:
         text += f".{utc.microsecond // 1000:03d}"
     return text + "Z"
+
+
 def _partition_number(key: Any, raw: Any, at: tuple[str | int, ...], allowed: str) -> int:
     if isinstance(key, bool) or not isinstance(key, int | str) or not re.fullmatch(r"\d+", str(key).strip()):
         raise _Bad("not a partition number", allowed, got=key, at=at)
     return int(str(key).strip())
+
+
 def _parse_offsets(
     value: Any, kind: Literal["from", "to", "declared"], allowed: str
 ) -> dict[str, dict[int, int]]:
@@ -131,6 +143,8 @@ def _parse_offsets(
             per[partition] = offset
         out[topic] = dict(sorted(per.items()))
     return dict(sorted(out.items()))
+
+
 def _parse_bound(value: Any, side: Literal["from", "to"]) -> KafkaBound:
     allowed = _FROM_HELP if side == "from" else _TO_HELP
     if isinstance(value, bool):
@@ -164,14 +178,20 @@ def _parse_bound(value: Any, side: Literal["from", "to"]) -> KafkaBound:
     except ValueError:
         raise _Bad("not a window bound", allowed, got=value) from None
     return _aware(parsed, value)
+
+
 def _dump_bound(value: KafkaBound) -> str | dict[str, dict[str, int]]:
     if isinstance(value, datetime):
         return _iso(value)
     if isinstance(value, dict):
         return _dump_offsets(value)
     return value
+
+
 def _dump_offsets(value: Offsets) -> dict[str, dict[str, int]]:
     return {t: {str(p): o for p, o in parts.items()} for t, parts in value.items()}
+
+
 def _bound_spec(value: KafkaBound, option: str) -> BoundSpec:
     if value == "earliest":
         return BoundSpec(EARLIEST, option=option)
@@ -184,6 +204,8 @@ def _bound_spec(value: KafkaBound, option: str) -> BoundSpec:
         (t, p): o for t, parts in value.items() for p, o in parts.items()
     }
     return BoundSpec(None, overrides, option=option)
+
+
 _SIMPLE_TYPES = frozenset(
     {
         *("string", "binary", "boolean", "date", "timestamp", "timestamp_ntz", "timestamp_ltz"),
@@ -195,6 +217,8 @@ _TYPES_HELP = (
     "expected a Spark type: string, long, int, double, boolean, timestamp, date, binary, "
     "decimal(p,s), array<T>, map<K,V> or struct<name:T,...>"
 )
+
+
 def _spark_type(text: Any, at: tuple[str | int, ...]) -> str:
     """Check a Spark DDL type (``long``, ``decimal(10,2)``, ``array<struct<a:int>>``...).
 
@@ -277,6 +301,8 @@ def _spark_type(text: Any, at: tuple[str | int, ...]) -> str:
     if pos != len(tokens):
         raise _Bad("not a Spark type", _TYPES_HELP, got=text, at=at)
     return result
+
+
 def _schema(value: Any) -> dict[str, str] | None:
     if value is None:
         return None
@@ -292,6 +318,8 @@ def _schema(value: Any) -> dict[str, str] | None:
             raise _Bad("not a column name", "column names are non-empty text", got=column)
         out[column] = _spark_type(kind, (column,))
     return out
+
+
 # The JSON decoder's types (rewind.translate.decode), with their aliases → canonical name.
 _JSON_TYPES = {
     **{t: t for t in ("string", "int", "long", "float", "double", "boolean", "timestamp", "date", "json")},
@@ -300,6 +328,8 @@ _JSON_TYPES = {
 }
 # Column prefixes of Rewind's own columns (rewind.core.columns.RESERVED_PREFIXES).
 _RESERVED_PREFIXES = ("_src_", "_rewind_")
+
+
 def _json_schema(value: Any) -> dict[str, str] | None:
     """``decode.schema``: field → a type of the JSON decoder, canonical."""
     if value is None:
@@ -323,6 +353,8 @@ def _json_schema(value: Any) -> dict[str, str] | None:
             raise _Bad("not a JSON decode type", f"use one of {allowed}", got=kind, at=(name,))
         out[name] = canonical
     return out
+
+
 def _size(value: Any) -> Any:
     """``10GiB``, ``500 MB``, ``1.5TB`` → bytes; anything else goes on to the int check."""
     if not isinstance(value, str):
@@ -334,6 +366,8 @@ def _size(value: Any) -> Any:
     base = 1024 if binary else 1000
     power = " kmgtp".index(unit.lower() or " ")
     return int(float(number) * base**power)
+
+
 def _exactly_one(model: BaseModel, kinds: tuple[str, ...], what: str) -> str:
     given = [k for k in kinds if getattr(model, k) is not None]
     if len(given) != 1:
@@ -343,9 +377,13 @@ def _exactly_one(model: BaseModel, kinds: tuple[str, ...], what: str) -> str:
             got=_UNSET if not given else _Plain(", ".join(given)),
         )
     return given[0]
+
+
 def _fill(model: BaseModel, name: str, value: Any) -> None:
     """Set a derived default on a frozen model, once, during its validation."""
     object.__setattr__(model, name, value)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -359,6 +397,8 @@ class _Model(BaseModel):
         # A spec may hold a URL with a password or a secret config: never let a repr leak it.
         for name, value in super().__repr_args__():
             yield name, value if isinstance(value, BaseModel) else mask(value, name or "")
+
+
 def _check_window_order(start: datetime | None, end: datetime | None, what: str) -> None:
     """A sink's ``window_from`` must come before its ``window_to`` (both sinks that take them)."""
     if start and end and start >= end:
@@ -367,10 +407,14 @@ def _check_window_order(start: datetime | None, end: datetime | None, what: str)
             f"the {what} window is [window_from, window_to)",
             got=_Plain(f"{_iso(start)} .. {_iso(end)}"),
         )
+
+
 def _check_column(value: str | None, what: str = "a column name") -> str | None:
     if value is not None and not value.strip():
         raise _Bad("empty", f"give {what} or remove the field", got=value)
     return value
+
+
 def _verify_time(value: Any, side: str) -> datetime | None:
     """``scope.from`` / ``scope.to``: an aware ISO time or epoch milliseconds, like the window."""
     if value is None:

@@ -30,6 +30,8 @@ from rewind.spec.values import (
 _VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_VIEWS = ("staging", "reference", "target")
 _PRECISIONS = ("us", "ms", "s", "min", "h", "d")
+
+
 class PostgresReference(_Model):
     """A PostgreSQL table, or a query, holding the expected rows (a source of truth).
 
@@ -74,6 +76,8 @@ class PostgresReference(_Model):
     def _one(self) -> PostgresReference:
         _exactly_one(self, ("table", "query"), "table or query")
         return self
+
+
 class SqlReference(_Model):
     """A recomputation: a Spark SQL query whose result is what staging should hold.
 
@@ -117,6 +121,8 @@ class SqlReference(_Model):
             if not _ICEBERG_TABLE.fullmatch(table):
                 raise _Bad("not a namespace.table name", "like lake.order_lines", got=table, at=(name,))
         return views
+
+
 class Reference(_Model):
     """What staging is compared with: exactly one of `target`, `iceberg`, `postgres`, `sql`."""
 
@@ -171,6 +177,8 @@ class Reference(_Model):
         if self.iceberg is not None:
             return "iceberg"
         return "postgres" if self.postgres is not None else "sql"
+
+
 class Scope(_Model):
     """Which rows are compared: a time window, a filter and a key range, applied to both sides."""
 
@@ -256,6 +264,8 @@ class Scope(_Model):
                 at=("key_to",),
             )
         return self
+
+
 class Tolerance(_Model):
     """How one column is compared. `exact` (the string) is short for no tolerance at all.
 
@@ -309,6 +319,8 @@ class Tolerance(_Model):
     def exact(self) -> bool:
         """No tolerance: equal means equal (after truncation for timestamps)."""
         return not self.abs and not self.rel
+
+
 class Buckets(_Model):
     """Row counts and checksums per time bucket (and per category) in the report."""
 
@@ -328,6 +340,8 @@ class Buckets(_Model):
     @classmethod
     def _column(cls, value: str | None) -> str | None:
         return _check_column(value)
+
+
 class Assertion(_Model):
     """A check of the outcome in Spark SQL over the views `staging` and `reference` (in scope).
 
@@ -368,6 +382,8 @@ class Assertion(_Model):
                 at=("expect",),
             )
         return self
+
+
 class Verify(_Model):
     """Reconciliation of a run's staging with a reference, run by `rewind verify RUN`.
 

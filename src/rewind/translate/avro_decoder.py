@@ -40,6 +40,8 @@ def _avro_dtype(avro_type: Any) -> Any:
             return AVRO_DTYPES.get(avro_type["type"], object)
         return object
     return AVRO_DTYPES.get(avro_type, object)
+
+
 def _avro_flat(avro_type: Any) -> bool:
     """True when the field's values are scalars (primitives, or a nullable primitive)."""
     if isinstance(avro_type, list):
@@ -47,11 +49,15 @@ def _avro_flat(avro_type: Any) -> bool:
     if isinstance(avro_type, dict):
         return avro_type.get("type") in AVRO_DTYPES or avro_type.get("type") in ("enum", "fixed", "bytes")
     return avro_type in (*AVRO_DTYPES, "null", "bytes")
+
+
 @dataclass(slots=True)
 class _Writer:
     schema_id: int
     parsed: Any
     reader: Any  # the parsed reader schema, or None when writer and reader are the same
+
+
 class AvroDecoder(Decoder):
     """Confluent wire format (magic byte 0, 4-byte big-endian schema id, Avro binary body).
 

@@ -38,6 +38,8 @@ class SchemaSource(ABC):
     @abstractmethod
     def describe(self) -> str:
         """Where the schemas come from, for messages."""
+
+
 def _load_avsc(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -45,6 +47,8 @@ def _load_avsc(path: Path) -> Any:
         raise SchemaSourceError(
             f"Avro schema file {path}: cannot read it ({e}); fix or remove the file"
         ) from e
+
+
 class LocalSchemaSource(SchemaSource):
     """A folder of ``<id>.avsc`` files; the reader schema is ``latest.avsc`` or an explicit file."""
 
@@ -85,10 +89,14 @@ class LocalSchemaSource(SchemaSource):
                 f"Avro reader schema {path} does not exist; check translate.avro.reader_schema"
             )
         return _load_avsc(path)
+
+
 # One registry client per process and configuration: Spark workers fork, so a client made in a
 # parent is never reused in a child (the pid is part of the key).
 _REGISTRY_CLIENTS: dict[tuple[int, str, tuple[tuple[str, str], ...]], Any] = {}
 _REGISTRY_LOCK = threading.Lock()
+
+
 def _registry_client(url: str, config: Mapping[str, Any]) -> Any:
     key = (os.getpid(), url, tuple(sorted((k, str(v)) for k, v in config.items())))
     with _REGISTRY_LOCK:
@@ -104,6 +112,8 @@ def _registry_client(url: str, config: Mapping[str, Any]) -> Any:
             client = SchemaRegistryClient({**config, "url": url})
             _REGISTRY_CLIENTS[key] = client
         return client
+
+
 class RegistrySchemaSource(SchemaSource):
     """A Confluent-compatible schema registry (confluent-kafka's ``SchemaRegistryClient``).
 
@@ -190,6 +200,8 @@ class RegistrySchemaSource(SchemaSource):
             raise
         except Exception as e:  # transport errors of the HTTP client, timeouts, DNS
             raise SchemaRegistryUnavailable(self.url, f"{what} ({type(e).__name__}: {e})") from e
+
+
 AVRO_DTYPES: dict[str, Any] = {
     "int": "Int32",
     "long": "Int64",

@@ -43,6 +43,8 @@ from rewind.translate.failures import Failure
 NullPolicy = Literal["quarantine", "skip"]
 RawNullPolicy = Literal["keep", "quarantine", "skip"]
 TOMBSTONE_REASON = "null value (tombstone)"
+
+
 @dataclass(slots=True)
 class Decoded:
     """What a decoder made of one batch.
@@ -54,6 +56,8 @@ class Decoded:
     events: pd.DataFrame
     failures: list[Failure] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
+
+
 class Decoder(ABC):
     """Turns the ``value`` (and ``key``) bytes of a Kafka batch into typed columns."""
 
@@ -77,8 +81,12 @@ class Decoder(ABC):
         }
         data.update(_input_columns(_empty_kafka_batch(), np.empty(0, dtype=np.int64)))
         return pd.DataFrame(data, index=pd.Index(np.empty(0, dtype=np.int64), name=ROW_INDEX))
+
+
 def _empty_kafka_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=kafka_record_schema(False))
+
+
 def as_batch(data: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     """One record batch from a batch or a (possibly chunked) table."""
     if isinstance(data, pa.RecordBatch):
@@ -88,6 +96,8 @@ def as_batch(data: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     if not batches:
         return pa.RecordBatch.from_pylist([], schema=data.schema)
     return batches[0]
+
+
 def _input_columns(batch: pa.RecordBatch, rows: np.ndarray) -> dict[str, Any]:
     """The translator input columns for the records at ``rows`` (positions in ``batch``)."""
     sub = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows, type=pa.int64()))
@@ -99,6 +109,8 @@ def _input_columns(batch: pa.RecordBatch, rows: np.ndarray) -> dict[str, Any]:
         SRC_TIMESTAMP: sub.column("timestamp").to_pandas().array,
         SRC_KEY: sub.column("key").to_numpy(zero_copy_only=False),
     }
+
+
 def events_frame(
     fields: Mapping[str, Any], batch: pa.RecordBatch, rows: Sequence[int] | np.ndarray
 ) -> pd.DataFrame:
@@ -106,11 +118,15 @@ def events_frame(
     data: dict[str, Any] = dict(fields)
     data.update(_input_columns(batch, rows_arr))
     return pd.DataFrame(data, index=pd.Index(rows_arr, name=ROW_INDEX), copy=False)
+
+
 def object_array(values: Sequence[Any]) -> np.ndarray:
     arr = np.empty(len(values), dtype=object)
     for i, v in enumerate(values):  # element-wise: lists and dicts must stay whole objects
         arr[i] = v
     return arr
+
+
 def infer_column(values: list[Any]) -> Any:
     """A typed column from the Python values of one JSON field (schemaless decode).
 
@@ -133,13 +149,19 @@ def infer_column(values: list[Any]) -> Any:
     if kinds <= {str, type(None)}:
         return np.array(values, dtype=object)
     return object_array(values)
+
+
 def null_policy(value: str, allowed: tuple[str, ...], where: str) -> Any:
     if value not in allowed:
         raise DecoderConfigError(f"{where}: null_value {value!r} is not one of {', '.join(allowed)}")
     return value
+
+
 def describe_value(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
 class RawDecoder(Decoder):
     """No decoding: the value bytes become column ``value`` and the key bytes column ``key``.
 

@@ -38,8 +38,12 @@ _NOT_PARSED = object()
 # shortest), so any value with one is left to the stdlib (a long digit run in a string or a
 # long fraction merely takes the slow path).
 _LONG_DIGITS = re.compile(rb"\d{19}").search
+
+
 def _never(raw: bytes) -> None:
     return None
+
+
 def _has_long_digits(batch: pa.RecordBatch) -> bool:
     """Whether any value of the batch may hold a run of 19 digits (NumPy over the data buffer).
 
@@ -59,6 +63,8 @@ def _has_long_digits(batch: pa.RecordBatch) -> bool:
         if not run.any():
             return False
     return bool((run[:-3] & run[3:]).any())  # 16 + 3 = 19
+
+
 def _fast_json_loads() -> Callable[[bytes], Any] | None:
     """orjson's ``loads`` when installed (about 3x faster than the stdlib here), else None.
 
@@ -73,9 +79,13 @@ def _fast_json_loads() -> Callable[[bytes], Any] | None:
     except ImportError:
         return None
     return orjson.loads
+
+
 def kafka_values(batch: pa.RecordBatch) -> list[bytes | None]:
     """The value bytes as a list (via NumPy: about 4x faster than ``to_pylist`` for binaries)."""
     return batch.column("value").to_numpy(zero_copy_only=False).tolist()
+
+
 _JSON_KINDS = {
     list: "a list",
     str: "a string",
@@ -84,12 +94,16 @@ _JSON_KINDS = {
     bool: "a boolean",
     type(None): "null",
 }
+
+
 def _to_string(v: Any) -> str:
     if type(v) is str:
         return v
     if type(v) in (int, float):
         return str(v)
     raise TypeError
+
+
 def _int_caster(bits: int) -> Callable[[Any], int]:
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1)
 
@@ -108,16 +122,22 @@ def _int_caster(bits: int) -> Callable[[Any], int]:
         return out
 
     return cast
+
+
 def _to_float(v: Any) -> float:
     if type(v) in (int, float, str):
         return float(v)
     raise TypeError
+
+
 def _to_bool(v: Any) -> bool:
     if type(v) is bool:
         return v
     if type(v) is str and v.lower() in ("true", "false"):
         return v.lower() == "true"
     raise TypeError
+
+
 def _to_timestamp(v: Any) -> datetime:
     """ISO-8601 text (naive means UTC) or epoch milliseconds, the Kafka convention."""
     if type(v) is str:
@@ -126,12 +146,18 @@ def _to_timestamp(v: Any) -> datetime:
     if type(v) in (int, float):
         return datetime.fromtimestamp(v / 1000.0, tz=UTC)
     raise TypeError
+
+
 def _to_date(v: Any) -> date:
     if type(v) is str:
         return date.fromisoformat(v)
     raise TypeError
+
+
 def _keep(v: Any) -> Any:
     return v
+
+
 # canonical type → (caster, pandas dtype of the column)
 _JSON_TYPES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "string": (_to_string, object),
@@ -157,6 +183,8 @@ _TYPE_ALIASES = {
     "object": "json",
 }
 JSON_TYPE_NAMES: tuple[str, ...] = tuple(_JSON_TYPES) + tuple(_TYPE_ALIASES)
+
+
 def typed_column(values: list[Any], dtype: Any, flat: bool = False) -> Any:
     """A column of ``dtype`` from cast values; ``flat`` says no value is a list or dict."""
     if dtype is object:
@@ -164,6 +192,8 @@ def typed_column(values: list[Any], dtype: Any, flat: bool = False) -> Any:
     if dtype in ("float32", "float64"):
         return np.array([np.nan if v is None else v for v in values], dtype=dtype)
     return pd.array(values, dtype=dtype)
+
+
 class JsonDecoder(Decoder):
     """JSON objects, one per record value; their top-level keys become columns.
 

@@ -28,6 +28,8 @@ _U32 = 0xFFFFFFFF
 _U64 = (1 << 64) - 1
 Stats = dict[int, tuple[int, int]]
 """Per window flag: (differing cells, rows they hold)."""
+
+
 class CellSearch:
     """Steps 3 and 4: the cells, their decoding and bisection, down to the rows that may differ."""
 
@@ -121,6 +123,8 @@ class CellSearch:
             self.levels.append(_level(len(self.levels) + 1, bits, stats))
             n_cells, n_rows = self.levels[-1]["differing_cells"], self.levels[-1]["rows"]
             history.append(n_rows)
+
+
 def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[str, Any]:
     return {
         "level": number,
@@ -128,6 +132,8 @@ def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[st
         "differing_cells": sum(c for c, _ in stats.values()),
         "rows": sum(n for _, n in stats.values()),
     }
+
+
 def first_bits(staging: DataFrame, rules: Rules) -> int:
     """Key-hash bits of the first level: coarse cells, so that a pass that finds nothing is cheap.
 
@@ -138,12 +144,16 @@ def first_bits(staging: DataFrame, rules: Rules) -> int:
         return FIRST_BITS - (2 if rules.category else 0)
     rows = staging.count()
     return max(FIRST_BITS, min(18, math.ceil(math.log2(max(rows, 1) / 1000))))
+
+
 def _in_set(expression: str, values: list[int]) -> Column:
     """``expression IN (values)`` as one SQL text: Spark makes it a hash-set lookup, and one
     parse costs far less than a literal per value through py4j (``Column.isin``)."""
     from pyspark.sql import functions as F
 
     return F.expr(f"{expression} IN ({', '.join(str(v) for v in values)})")
+
+
 def _select(
     wide: DataFrame,
     keys: list[str],
@@ -207,14 +217,20 @@ def _select(
         df = df.join(table.withColumn(f"_hit{i}", F.lit(True)), on, "left")
         hits.append(F.col(f"_hit{i}").isNotNull())
     return df.where(any_of(hits)).drop(*helpers, *[f"_hit{i}" for i in range(len(lookups))])
+
+
 def cell_keys(rules: Rules) -> list[str]:
     """What a cell is, besides its key-hash bits: window flag, time bucket, category."""
     return ["w", "tb", "cat"] if rules.category is not None else ["w", "tb"]
+
+
 def _signature(kh: Column) -> Column:
     """A key's 31-bit signature (its key hash modulo the prime :data:`P`)."""
     from pyspark.sql import functions as F
 
     return F.pmod(kh, F.lit(P))
+
+
 def _cells(
     narrow: DataFrame,
     keys: list[str],
@@ -269,12 +285,16 @@ def _cells(
             signed = F.when(staging, F.col(f"_m{i}")).otherwise(F.lit(P) - F.col(f"_m{i}"))
             sums.append(F.coalesce(F.sum(signed), F.lit(0).cast("long")).alias(f"d{i}"))
     return src.groupBy(*keys, kb.alias("kb")).agg(*sums)
+
+
 P = 2_147_483_647
 """The prime 2^31 - 1: moments are sums modulo P."""
 DECODE_CELLS = 200_000
 """Differing cells up to this many are brought to the driver and decoded."""
 PREFILTER_VALUES = 50_000
 """Up to this many signatures (or cell hashes) also filter the fetch pass as a hash set."""
+
+
 def decode_cells(
     rows: list[dict[str, Any]], keys: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -303,6 +323,8 @@ def decode_cells(
                 continue
         rest.append({**cell, "n_s": int(row["n_s"]), "n_r": int(row["n_r"])})
     return found, rest
+
+
 def _cell_frame(
     spark: SparkSession, rows: list[dict[str, Any]], keys: list[str], *, sig: bool = False
 ) -> DataFrame:
@@ -311,15 +333,21 @@ def _cell_frame(
     names = [*keys, "kb", *(["sig"] if sig else [])]
     schema = ", ".join(f"{n} {types[n]}" for n in names)
     return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
+
+
 def _cell_differs() -> Column:
     from pyspark.sql import functions as F
 
     return (
         (F.col("n_s") != F.col("n_r")) | (F.col("hi_s") != F.col("hi_r")) | (F.col("lo_s") != F.col("lo_r"))
     )
+
+
 def checksum(hi: int, lo: int) -> str:
     """The 64-bit sum of row hashes (from its two 32-bit halves), as 16 hex digits."""
     return f"{((hi << 32) + lo) & _U64:016x}"
+
+
 def _rollup(agg: DataFrame) -> tuple[list[dict[str, Any]], dict[str, int], dict[int, tuple[int, int]]]:
     """Per time bucket: counts and checksums of both sides, cells and differing cells.
 
@@ -378,6 +406,8 @@ def _rollup(agg: DataFrame) -> tuple[list[dict[str, Any]], dict[str, int], dict[
             }
         )
     return out, totals, stats
+
+
 def _category_rollup(agg: DataFrame, rules: Rules) -> list[dict[str, Any]]:
     """Rows of each side per category value (the largest ones), from the cells."""
     from pyspark.sql import functions as F
@@ -399,6 +429,8 @@ def _category_rollup(agg: DataFrame, rules: Rules) -> list[dict[str, Any]]:
         }
         for row in rows
     ]
+
+
 def _limit_changes(
     differing: DataFrame, stats: dict[int, tuple[int, int]], rules: Rules
 ) -> tuple[DataFrame, dict[str, Any] | None]:

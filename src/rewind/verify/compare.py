@@ -102,6 +102,8 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
         return result
     finally:
         search.release()
+
+
 def _attach_buckets(
     result: dict[str, Any], buckets: list[dict[str, Any]], by_bucket: dict[int, dict[str, int]], rules: Rules
 ) -> None:
@@ -124,6 +126,8 @@ def _attach_buckets(
         "rows": out,
         "truncated": len(buckets) >= MAX_BUCKETS,
     }
+
+
 def _categories(
     rows: list[dict[str, Any]], by_category: dict[str | None, dict[str, int]], rules: Rules
 ) -> dict[str, Any] | None:

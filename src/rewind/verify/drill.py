@@ -38,6 +38,8 @@ def empty_drill() -> dict[str, Any]:
         "_by_bucket": {},
         "_by_category": {},
     }
+
+
 class _Tally:
     """Counts and samples of the classified rows, filled row by row (driver side)."""
 
@@ -103,11 +105,17 @@ class _Tally:
             "_by_bucket": self.by_bucket,
             "_by_category": self.by_category if has_cat else {},
         }
+
+
 def _order(values: tuple[Any, ...]) -> tuple[Any, ...]:
     """A sort key for key tuples that may hold nulls."""
     return tuple((v is None, str(type(v)), v if v is not None else 0) for v in values)
+
+
 LOCAL_ROWS = 50_000
 """Classified rows up to this many are tallied on the driver in one Spark action."""
+
+
 def drill_down(inside: DataFrame, rules: Rules) -> dict[str, Any]:
     """Bring each key's rows of both sides together (``side`` 0 and 1) and classify them.
 
@@ -183,6 +191,8 @@ def drill_down(inside: DataFrame, rules: Rules) -> dict[str, Any]:
     finally:
         result.unpersist()
     return tally.result(has_cat)
+
+
 def _tally_in_spark(tally: _Tally, result: DataFrame, rules: Rules) -> None:
     """Counts, samples and duplicates of many classified rows, aggregated in Spark."""
     from pyspark.sql import Window
@@ -217,6 +227,8 @@ def _tally_in_spark(tally: _Tally, result: DataFrame, rules: Rules) -> None:
         dups = result.where(F.col(f"{prefix}n") > 1).select(*keys, f"{prefix}n").distinct()
         for d in dups.limit(10_000).toArrow().to_pylist():
             tally.duplicates[side][tuple(plain(d[k]) for k in keys)] = int(d[f"{prefix}n"])
+
+
 def _tally_rows(tally: _Tally, rows: list[dict[str, Any]], rules: Rules) -> None:
     """Counts, samples and duplicates of the classified rows, on the driver."""
     nk = len(rules.key)
@@ -238,6 +250,8 @@ def _tally_rows(tally: _Tally, rows: list[dict[str, Any]], rules: Rules) -> None
     for group, items in keyed.items():
         items.sort(key=lambda item: _order(item[0]))
         tally.samples[group] = [_sample_row(d, group[0], rules) for _, d in items[: rules.samples]]
+
+
 def _differs(s: Column, r: Column, rule: ColumnRule) -> Column:
     """True when both rows exist and the column differs under its rule."""
     from pyspark.sql import functions as F
@@ -257,6 +271,8 @@ def _differs(s: Column, r: Column, rule: ColumnRule) -> Column:
     else:
         equal = F.coalesce(s == r, F.lit(False))
     return both & ~equal
+
+
 def _sample_row(d: dict[str, Any], kind: str, rules: Rules) -> dict[str, Any]:
     prefix = "r_" if kind == "missing" else "s_"
     row: dict[str, Any] = {

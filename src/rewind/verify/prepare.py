@@ -19,6 +19,8 @@ NULL_BUCKET = -(2**62)
 NULL_CATEGORY = "\x00null"
 """Category of rows whose category is null (a cell key must not be null: it is joined on)."""
 WINDOW_FLAG = "_rewind_w"
+
+
 def apply_scope(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int, name: str) -> DataFrame:
     """``df`` cut to the scope: filter, key range and (``match`` mode) the window.
 
@@ -63,9 +65,13 @@ def apply_scope(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int
         else:
             w = F.when(inside, F.lit(1)).otherwise(F.lit(0))
     return df.withColumn(WINDOW_FLAG, w.cast("int"))
+
+
 def without_flag(df: DataFrame) -> DataFrame:
     """``df`` without the window flag :func:`apply_scope` added (for the assertions' views)."""
     return df.drop(WINDOW_FLAG)
+
+
 def prepare_side(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int, name: str) -> DataFrame:
     """One side in scope, aligned to staging's types, with w, tb, cat, kh, h, k*, c*."""
     from pyspark.sql import functions as F
@@ -101,11 +107,15 @@ def prepare_side(df: DataFrame, rules: Rules, types: dict[str, str], *, side: in
     salt = [F.when(any_of(unequal), F.lit(side + 1)).otherwise(F.lit(0))] if unequal else []
     h = F.xxhash64(*normal, *_null_masks(value_cols), *salt) if normal else F.lit(0).cast("long")
     return projected.withColumn("kh", kh).withColumn("h", h)
+
+
 def any_of(conditions: list[Column]) -> Column:
     out = conditions[0]
     for c in conditions[1:]:
         out = out | c
     return out
+
+
 def _null_masks(columns: list[Column]) -> list[Column]:
     """One long per 62 columns: bit i set when column i is null."""
     from pyspark.sql import functions as F
@@ -117,8 +127,12 @@ def _null_masks(columns: list[Column]) -> list[Column]:
             mask = mask + F.when(c.isNull(), F.lit(1 << i)).otherwise(F.lit(0)).cast("long")
         masks.append(mask)
     return masks
+
+
 def _as_timestamp(column: Column, spark_type: str) -> Column:
     return column.cast("timestamp") if spark_type == "date" else column
+
+
 def truncate_micros(micros: Column, unit: int) -> Column:
     """``micros`` rounded down to a multiple of ``unit`` (also before 1970), in integers."""
     from pyspark.sql import functions as F
@@ -126,6 +140,8 @@ def truncate_micros(micros: Column, unit: int) -> Column:
     if unit == 1:
         return micros
     return micros - F.pmod(micros, F.lit(unit).cast("long"))
+
+
 def _normalise(column: Column, rule: ColumnRule, spark_type: str) -> Column:
     """The value that enters the row hash: timestamps floored to their precision."""
     from pyspark.sql import functions as F
@@ -133,6 +149,8 @@ def _normalise(column: Column, rule: ColumnRule, spark_type: str) -> Column:
     if rule.kind == "timestamp" and is_time(spark_type):
         return truncate_micros(F.unix_micros(_as_timestamp(column, spark_type)), rule.precision_us)
     return column
+
+
 def bucket_label(tb: int, rules: Rules) -> str:
     if rules.bucket_column is None:
         return "all"

@@ -20,6 +20,8 @@ from rewind.verify.rules import Rules
 
 def _n(count: int, word: str, plural: str | None = None) -> str:
     return f"{count:,} {word if count == 1 else plural or word + 's'}"
+
+
 def build_checks(
     result: dict[str, Any], assertions: list[dict[str, Any]], rules: Rules
 ) -> list[dict[str, Any]]:
@@ -76,6 +78,8 @@ def build_checks(
             }
         )
     return checks
+
+
 def build_report(
     result: dict[str, Any],
     assertions: list[dict[str, Any]],
@@ -115,6 +119,8 @@ def build_report(
             **({"total": round(seconds, 3)} if seconds is not None else {}),
         },
     }
+
+
 def summary(report: dict[str, Any]) -> dict[str, Any]:
     """The part of the report recorded in the ledger's audit (small, no samples)."""
     return {
@@ -132,6 +138,8 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
         "assertions": {a["name"]: bool(a["passed"]) for a in report["assertions"]},
         "report": report.get("report"),
     }
+
+
 def write_report(report: dict[str, Any], path: Path) -> dict[str, str]:
     """Write the HTML to ``path`` (or only JSON when it ends in ``.json``) and JSON beside it."""
     path = Path(path)

@@ -31,6 +31,8 @@ svg .ct{font-size:13px;font-weight:700;fill:#1a202c}
 margin:4px 0}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
 """
+
+
 def _table(headers: list[str], rows: list[list[Any]], *, classes: list[str] | None = None) -> str:
     out = ["<table><tr>", *(f"<th>{esc(h)}</th>" for h in headers), "</tr>"]
     for i, row in enumerate(rows):
@@ -46,8 +48,12 @@ def _table(headers: list[str], rows: list[list[Any]], *, classes: list[str] | No
         out.append("</tr>")
     out.append("</table>")
     return "".join(out)
+
+
 def _value(v: Any) -> str:
     return "null" if v is None else json.dumps(v, default=str) if isinstance(v, dict | list) else str(v)
+
+
 def _side_by_side(samples: list[dict[str, Any]], key: list[str], columns: list[str]) -> str:
     """Differing rows: one row per key and side, the differing cells highlighted."""
     if not samples:
@@ -70,6 +76,8 @@ def _side_by_side(samples: list[dict[str, Any]], key: list[str], columns: list[s
             )
             classes.append("")
     return _table(headers, rows, classes=classes)
+
+
 def _keys(samples: list[dict[str, Any]], key: list[str], side: str, columns: list[str]) -> str:
     if not samples:
         return "<p>none</p>"
@@ -82,6 +90,8 @@ def _keys(samples: list[dict[str, Any]], key: list[str], side: str, columns: lis
         for s in samples
     ]
     return _table([*key, "bucket", *columns], rows)
+
+
 def render_html(report: dict[str, Any]) -> str:
     """The report as one self-contained HTML page."""
     passed = report["passed"]

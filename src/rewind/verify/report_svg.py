@@ -16,8 +16,12 @@ COLOURS = {
     "pass": "#2f855a",
     "fail": "#c53030",
 }
+
+
 def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
+
+
 def _nice(top: float) -> tuple[float, list[float]]:
     """A round axis maximum and its ticks."""
     if top <= 0:
@@ -29,12 +33,16 @@ def _nice(top: float) -> tuple[float, list[float]]:
             break
     ticks = [step * i for i in range(math.ceil(top / step) + 1)]
     return ticks[-1], ticks
+
+
 def _num(v: float) -> str:
     if abs(v) >= 1_000_000:
         return f"{v / 1_000_000:g}M"
     if abs(v) >= 1_000:
         return f"{v / 1_000:g}k"
     return f"{v:g}"
+
+
 def svg_columns(
     labels: list[str],
     series: list[tuple[str, str, list[float]]],
@@ -108,6 +116,8 @@ def svg_columns(
         lx += 28 + 7 * len(name)
     parts.append("</svg>")
     return "".join(parts)
+
+
 def svg_rows(
     labels: list[str], series: list[tuple[str, str, list[float]]], *, title: str = "", width: int = 1100
 ) -> str:

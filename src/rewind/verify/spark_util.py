@@ -31,6 +31,8 @@ class Timer:
             yield
         finally:
             self.steps[name] = round(self.steps.get(name, 0.0) + time.perf_counter() - began, 3)
+
+
 @contextmanager
 def quiet_query_errors() -> Iterator[None]:
     """Silence pyspark's loggers that print a user query's error with a stack trace.
@@ -47,12 +49,18 @@ def quiet_query_errors() -> Iterator[None]:
     finally:
         for lg, was in zip(loggers, before, strict=True):
             lg.disabled = was
+
+
 def spark_types(df: DataFrame) -> dict[str, str]:
     """Column name → Spark's simple type name (``bigint``, ``decimal(10,2)``...)."""
     return {f.name: f.dataType.simpleString() for f in df.schema.fields}
+
+
 def analysis_error(side: str, what: str, exc: Exception) -> VerifyError:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return VerifyError(f"verify.{what} on {side}: {first}")
+
+
 def plain(value: Any) -> Any:
     """A value as JSON can hold it: times in ISO-8601, decimals as text, bytes as base64."""
     if isinstance(value, datetime):

@@ -40,6 +40,8 @@ def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFr
             pa.Table.from_batches([], schema=schema).to_pandas(), _spark_schema(schema)
         )
     return spark.read.schema(_spark_schema(schema)).parquet(*paths)
+
+
 def _spark_schema(schema: pa.Schema) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 

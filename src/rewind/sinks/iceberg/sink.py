@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
+
+
 class IcebergSink(StagingSink[IcebergStaging]):
     """Writes a run's output into Iceberg staging, one commit per batch of work units."""
 
@@ -277,6 +279,8 @@ class IcebergSink(StagingSink[IcebergStaging]):
         if table is None:
             raise IcebergSinkError(f"staging table {staging.table} does not exist")
         return read_iceberg(spark, table, staging.ref)
+
+
 def _check_compatible(name: str, table: Table, schema: pa.Schema) -> None:
     from pyiceberg.io.pyarrow import pyarrow_to_schema
 
@@ -301,6 +305,8 @@ def _check_compatible(name: str, table: Table, schema: pa.Schema) -> None:
                     f"output column {field.name} is {field.field_type}, {name} has {target.field_type}; "
                     "cast it in the translate"
                 )
+
+
 def _promotable(source: Any, target: Any) -> bool:
     from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType
 

@@ -17,8 +17,12 @@ UNITS_PROPERTY = "rewind.units"
 FINALIZED_PROPERTY = "rewind.finalized"
 """Marks the commit that replaced a run's partial rows by its folded rows (:mod:`rewind.job.finalize`)."""
 FOLD_COUNTS_PROPERTY = "rewind.fold-counts"
+
+
 class IcebergSinkError(RewindError):
     """The Iceberg target or its staging cannot be used as asked."""
+
+
 @dataclass(frozen=True)
 class IcebergStaging:
     """Where a run's output lives before promotion."""
@@ -48,6 +52,8 @@ class IcebergStaging:
 
     def describe(self) -> str:
         return f"{self.table}@{self.branch}" if self.branch else self.table
+
+
 def split_identifier(identifier: str) -> tuple[str, str]:
     if identifier.count(".") < 1:
         raise IcebergSinkError(f"sink.iceberg.table {identifier!r}: expected namespace.table")

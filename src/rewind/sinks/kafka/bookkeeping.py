@@ -42,6 +42,8 @@ BOOKKEEPING_TOPIC = "rewind.commits"
 BOOKKEEPING_PARTITIONS = 16
 """Fixed: a run's partition is ``crc32(run id) % 16``; more partitions would move runs."""
 TXN_CALL_TIMEOUT_S = 120.0
+
+
 @dataclass(frozen=True)
 class KafkaStaging:
     """A run's backfill topic and what it was created with; JSON-able for the ledger."""
@@ -107,6 +109,8 @@ class KafkaStaging:
             f"exactly once per work unit when the run ends; {why}, so an interrupted commit's "
             "records are visible until resume completes it (without writing them again)"
         )
+
+
 @dataclass
 class RunLog:
     """Everything ``rewind.commits`` holds about one run, in log order."""
@@ -141,12 +145,18 @@ class RunLog:
     @property
     def state(self) -> str | None:
         return None if self.publication is None else str(self.publication.get("state"))
+
+
 def bookkeeping_partition(run_id: str) -> int:
     """The partition of ``rewind.commits`` holding every record of ``run_id``."""
     return zlib.crc32(run_id.encode()) % BOOKKEEPING_PARTITIONS
+
+
 def transactional_id(run_id: str) -> str:
     """The commit producer's transactional id: stable across resumes, unique per run."""
     return f"rewind-{run_id}-commit"
+
+
 def read_log(
     conf: dict[str, Any],
     topic: str,
@@ -219,6 +229,8 @@ def read_log(
                     )
     finally:
         consumer.close()
+
+
 def fence_run(conf: dict[str, Any], run_id: str) -> None:
     """Fence the run's commit producer: a zombie's open transaction is aborted."""
     from rewind.kafka.clients import producer as make_producer
@@ -232,7 +244,11 @@ def fence_run(conf: dict[str, Any], run_id: str) -> None:
     finally:
         with contextlib.suppress(Exception):
             producer.close()
+
+
 _PROBED: dict[str, str] = {}
+
+
 def probe_read_committed(conf: dict[str, Any]) -> str:
     """``supported`` / ``wrong-answer`` / ``missing``: does read_committed hide aborted records?
 
@@ -256,13 +272,19 @@ def probe_read_committed(conf: dict[str, Any]) -> str:
         return "missing"
     _PROBED[cluster] = rc.status
     return rc.status
+
+
 def published_view(record: dict[str, Any] | None) -> dict[str, Any] | None:
     if record is None:
         return None
     keys = ("state", "topic", "start_offsets", "end_offsets", "records", "at")
     return {k: record[k] for k in keys if k in record}
+
+
 def units_digest(unit_ids: list[str]) -> str:
     return hashlib.sha256("\n".join(unit_ids).encode()).hexdigest()[:16]
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

@@ -49,6 +49,8 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 """The commit producer's settings; any ``kafka.properties`` of the settings override them."""
 _BATCH_ROWS = 20_000
+
+
 class CommitWriter:
     """The producer of one commit and its bookkeeping (see :meth:`KafkaTopicSink.commit`)."""
 
@@ -210,6 +212,8 @@ class CommitWriter:
             self.producer.flush(1.0)
             self.raise_failures()
         self.raise_failures()
+
+
 def _target_partitions(batch: pa.RecordBatch, encoded: EncodedBatch, same: frozenset[str]) -> list[int]:
     """The source partition for rows of a topic with as many partitions; -1 (by key) otherwise."""
     import pyarrow.compute as pc
@@ -222,6 +226,8 @@ def _target_partitions(batch: pa.RecordBatch, encoded: EncodedBatch, same: froze
     return [
         p if t in same else -1 for t, p in zip(encoded.source_topics, encoded.source_partitions, strict=True)
     ]
+
+
 def event_ids_in(
     conf: dict[str, Any], topic: str, run_id: str, starts: dict[int, int], ends: dict[int, int]
 ) -> set[str]:
@@ -244,6 +250,8 @@ def event_ids_in(
     if found:
         log.info("%d records of run %s are already in %s (an interrupted commit)", len(found), run_id, topic)
     return found
+
+
 class DecodeRecords:
     """The ``mapInArrow`` function of :meth:`KafkaTopicSink.read` (plain data: it is pickled)."""
 
@@ -257,6 +265,8 @@ class DecodeRecords:
         schema = schema_from_b64(self.schema_b64)
         for batch in batches:
             yield decode_records(batch, schema, self.run_id)
+
+
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: the produce loop allocates millions of header lists
@@ -269,6 +279,8 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
 def _batches(path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
@@ -277,6 +289,8 @@ def _batches(path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     with fs.open_input_file(inner) as handle:
         for batch in pq.ParquetFile(handle).iter_batches(batch_size=_BATCH_ROWS):
             yield batch.select(schema.names).cast(schema) if batch.schema != schema else batch
+
+
 def _source_order(path: str) -> tuple[str, int, int]:
     """(topic, partition, first offset) of a unit's file, from the Parquet statistics."""
     import pyarrow.fs as pafs
@@ -303,6 +317,8 @@ def _source_order(path: str) -> tuple[str, int, int]:
         int(partition if partition is not None else -1),
         int(offset if offset is not None else -1),
     )
+
+
 def _outside_units(batch: pa.RecordBatch, unit_ids: list[str]) -> pa.Array | None:
     """Mask of rows whose source offset is in none of ``unit_ids`` (None: no unit to leave out)."""
     import pyarrow as pa
@@ -325,11 +341,15 @@ def _outside_units(batch: pa.RecordBatch, unit_ids: list[str]) -> pa.Array | Non
         )
         inside = pc.or_(inside, hit)
     return pc.invert(inside)
+
+
 def _parse_unit(unit_id: str) -> tuple[str, int, int, int]:
     """``"<topic>/<partition>/<start>-<end>"`` (a topic name has no ``/``)."""
     topic, partition, span = unit_id.rsplit("/", 2)
     start, end = span.split("-", 1)
     return topic, int(partition), int(start), int(end)
+
+
 def remove_file(uri: str) -> None:
     import pyarrow.fs as pafs
 

@@ -122,6 +122,8 @@ if TYPE_CHECKING:
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
+
+
 class KafkaTopicSink(StagingSink[KafkaStaging]):
     """Writes a run's output into a backfill topic of its own, one commit per batch of units."""
 
@@ -473,7 +475,6 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         decoded by :func:`rewind.sinks.kafka.records.decode_records` in the tasks.
         """
         from pyspark.sql.pandas.types import from_arrow_schema
-
 
         schema = schema_from_b64(staging.schema_b64)
         starting = json.dumps({staging.topic: {str(p): o for p, o in staging.start_offsets.items()}})

@@ -38,6 +38,8 @@ COPIED_ANY_SOURCE = frozenset(
 """Copied even when the broker calls them defaults (tansu labels every config it returns so)."""
 TIMEOUT_S = 30.0
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
 def partition_watermarks(
     conf: dict[str, Any], topic: str, partitions: tuple[int, ...] | None = None
 ) -> dict[int, tuple[int, int]]:
@@ -52,17 +54,25 @@ def partition_watermarks(
     )
     plan = resolve(conf, request, timeout_s=TIMEOUT_S)
     return {p.partition: (p.low, p.high) for p in plan.partitions}
+
+
 def high_watermarks(conf: dict[str, Any], topic: str) -> dict[int, int]:
     return {p: high for p, (_low, high) in partition_watermarks(conf, topic).items()}
+
+
 def record_count(conf: dict[str, Any], topic: str) -> int:
     """Offsets between the low and the true high watermark of every partition (0: empty)."""
     return sum(high - low for low, high in partition_watermarks(conf, topic).values())
+
+
 def topic_is_there(conf: dict[str, Any], topic: str) -> bool:
     from rewind.kafka.clients import cluster_metadata
 
     md = cluster_metadata(conf)
     meta = md.topics.get(topic)
     return meta is not None and meta.error is None
+
+
 def replication_of(md: ClusterMetadata, source_topics: list[str]) -> int:
     """The source topic's replication factor (-1, the broker's default, when unknown)."""
     for topic in source_topics:
@@ -72,6 +82,8 @@ def replication_of(md: ClusterMetadata, source_topics: list[str]) -> int:
             if replicas:
                 return len(replicas)
     return -1
+
+
 def create_topics(admin: AdminClient, topics: list[Any]) -> None:
     from confluent_kafka import KafkaError, KafkaException
 
@@ -82,6 +94,8 @@ def create_topics(admin: AdminClient, topics: list[Any]) -> None:
             if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue  # a concurrent prepare (or a retried one) created it
             raise KafkaSinkError(f"could not create topic {name}: {exc.args[0].str()}") from exc
+
+
 def wait_for_topic(conf: dict[str, Any], topic: str, partitions: int) -> None:
     from rewind.kafka.clients import cluster_metadata
 
@@ -95,6 +109,8 @@ def wait_for_topic(conf: dict[str, Any], topic: str, partitions: int) -> None:
         )
 
     wait_until(ready, f"topic {topic} with {partitions} partitions in metadata")
+
+
 def wait_until(ready: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

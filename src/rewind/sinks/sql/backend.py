@@ -34,12 +34,16 @@ RUN_COL = RUN_ID
 ORDER_COLS = (SOURCE_TIMESTAMP, SOURCE_PARTITION, SOURCE_OFFSET, EVENT_ID)
 """The event order that decides which row of a key wins (greatest wins)."""
 Mode = Literal["upsert", "append"]
+
+
 def lock_times(asked: float, granted: float) -> dict[str, float]:
     """How long the swap waited for its exclusive locks (new readers queue meanwhile) and held them."""
     return {
         "lock_wait_ms": round((granted - asked) * 1000, 1),
         "exclusive_ms": round((time.perf_counter() - granted) * 1000, 1),
     }
+
+
 def sqlalchemy_url(url: str) -> str:
     """``postgresql://`` and ``postgres://`` → psycopg 3 (COPY needs it); SQLite as given."""
     if url.startswith("sqlite"):
@@ -48,6 +52,8 @@ def sqlalchemy_url(url: str) -> str:
     if not m:
         raise SqlSinkError(f"{mask_url(url)} is not a PostgreSQL or SQLite URL")
     return "postgresql+psycopg://" + url[m.end() :]
+
+
 class Bookkeeping:
     """``rewind_stagings`` and ``rewind_unit_commits`` in the target's schema."""
 
@@ -82,11 +88,15 @@ class Bookkeeping:
 
     def create(self, tx: Tx) -> None:
         self.metadata.create_all(tx.conn, checkfirst=True)
+
+
 @dataclass
 class Tx:
     conn: Connection
     cur: Any
     raw: Any
+
+
 class Backend:
     """What differs between PostgreSQL and SQLite: catalog queries, DDL, loading, reading."""
 
@@ -161,11 +171,15 @@ class Backend:
         mode: Mode,
     ) -> int:
         raise NotImplementedError
+
+
 def event_row(alias: str, minus_infinity: str, with_id: bool) -> str:
     """The event order of a row as a SQL row value: (source time, partition, offset[, event id])."""
     ts, part, off, eid = (quote_ident(c) for c in ORDER_COLS)
     tail = f", {alias}.{eid}" if with_id else ""
     return f"(COALESCE({alias}.{ts}, {minus_infinity}), {alias}.{part}, {alias}.{off}{tail})"
+
+
 def conflict_sql(ref: str, columns: list[str], conflict: list[str], mode: Mode, sqlite: bool) -> str:
     """The ON CONFLICT clause: ``append`` skips, ``upsert`` replaces unless the row there is later.
 

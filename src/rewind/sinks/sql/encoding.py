@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 CHUNK_ROWS = 65_536
+
+
 def prepare_columns(table: pa.Table, sqlite: bool = False) -> pa.Table:
     """Columns in a form that CSV (PostgreSQL COPY) or sqlite3 takes fast and exactly.
 
@@ -37,12 +39,16 @@ def prepare_columns(table: pa.Table, sqlite: bool = False) -> pa.Table:
             col = col.cast(pa.int8())
         arrays.append(col)
     return pa.Table.from_arrays(arrays, names=table.column_names)
+
+
 def to_csv(table: pa.Table) -> bytes:
     import pyarrow.csv as pcsv
 
     buf = io.BytesIO()
     pcsv.write_csv(prepare_columns(table), buf, pcsv.WriteOptions(include_header=False))
     return buf.getvalue()
+
+
 def read_batches(files: list[str], columns: list[str]) -> Iterator[pa.Table]:
     """The rows of ``files`` in chunks, only ``columns``, in that order."""
     import pyarrow as pa
@@ -59,6 +65,8 @@ def read_batches(files: list[str], columns: list[str]) -> Iterator[pa.Table]:
             for batch in reader.iter_batches(batch_size=CHUNK_ROWS, columns=columns):
                 if batch.num_rows:
                     yield pa.Table.from_batches([batch]).select(columns)
+
+
 def prefetched(items: Iterable[Any], depth: int = 3) -> Iterator[Any]:
     """Produce ``items`` on a thread, ``depth`` ahead: encoding overlaps the COPY stream."""
     q: queue.Queue[Any] = queue.Queue(maxsize=depth)
@@ -91,6 +99,8 @@ def prefetched(items: Iterable[Any], depth: int = 3) -> Iterator[Any]:
             while True:
                 q.get_nowait()
         thread.join(timeout=10)
+
+
 def has_duplicates(keys: list[pa.Table]) -> bool:
     import pyarrow as pa
 
@@ -102,10 +112,14 @@ def has_duplicates(keys: list[pa.Table]) -> bool:
     if table.num_columns == 1:
         return bool(len(table.column(0).unique()) < table.num_rows)
     return bool(table.group_by(table.column_names).aggregate([]).num_rows < table.num_rows)
+
+
 def uri_path(uri: str) -> str:
     from urllib.parse import unquote, urlparse
 
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+
+
 def files_schema(files: list[str], columns: list[str]) -> pa.Schema:
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -117,5 +131,7 @@ def files_schema(files: list[str], columns: list[str]) -> pa.Schema:
     with fs.open_input_file(path) as handle:
         schema = pq.ParquetFile(handle).schema_arrow
     return pa.schema([schema.field(c) for c in columns])
+
+
 def files_have_duplicates(files: list[str], keys: list[str]) -> bool:
     return has_duplicates(list(read_batches(files, keys)))

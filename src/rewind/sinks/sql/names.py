@@ -17,8 +17,12 @@ if TYPE_CHECKING:
 
 
 MAX_IDENT = 63
+
+
 def quote_ident(ident: str) -> str:
     return '"' + ident.replace('"', '""') + '"'
+
+
 @dataclass(frozen=True)
 class TableName:
     schema: str | None
@@ -40,6 +44,8 @@ class TableName:
     def parse(cls, text: str) -> TableName:
         schema, _, name = text.rpartition(".")
         return cls(schema or None, name)
+
+
 def short_ident(base: str, suffix: str) -> str:
     """``base + suffix`` within PostgreSQL's 63 bytes; a shortened base keeps a hash of itself."""
     name = base + suffix
@@ -48,12 +54,20 @@ def short_ident(base: str, suffix: str) -> str:
     digest = hashlib.sha256(base.encode()).hexdigest()[:8]
     keep = max(1, MAX_IDENT - len(suffix.encode()) - 9)
     return f"{base.encode()[:keep].decode(errors='ignore')}_{digest}{suffix}"
+
+
 def run_tag(run_id: str) -> str:
     tag = re.sub(r"[^a-z0-9_]", "_", run_id.lower())
     return tag if len(tag) <= 32 else hashlib.sha256(run_id.encode()).hexdigest()[:16]
+
+
 def staging_name(table: str, run_id: str) -> str:
     return short_ident(table, f"__rewind_{run_tag(run_id)}")
+
+
 def prev_name(table: str, run_id: str) -> str:
     return short_ident(table, f"__rewind_prev_{run_tag(run_id)}")
+
+
 def key_index_name(table: str) -> str:
     return short_ident(table, "_rewind_key")

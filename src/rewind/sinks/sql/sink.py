@@ -101,6 +101,8 @@ if TYPE_CHECKING:
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
+
+
 @dataclass(frozen=True)
 class SqlStaging:
     """A run's staging table (JSON-able for the ledger). Names are ``schema.table``."""
@@ -134,6 +136,8 @@ class SqlStaging:
         if self.target_existed:
             return f"{self.table} (a copy of {self.target_table} plus this run's rows)"
         return f"{self.table} (a new table, becomes {self.target_table} on promotion)"
+
+
 class SqlSink(StagingSink[SqlStaging]):
     """Writes a run's output into a staging table beside a PostgreSQL (or SQLite) table."""
 
@@ -277,7 +281,6 @@ class SqlSink(StagingSink[SqlStaging]):
             f"({', '.join(self.conflict_columns)}), swapped in by renames"
         )
 
-
     # -- staging --------------------------------------------------------------------------
 
     def _staging(self, name: TableName, run_id: str, existed: bool, base_rows: int | None) -> SqlStaging:
@@ -372,7 +375,6 @@ class SqlSink(StagingSink[SqlStaging]):
         check_staging(self, tx, sname, schema)
         return self._staging(name, row.run_id, bool(row.target_existed), row.base_rows)
 
-
     def staging_from_dict(self, data: dict[str, Any]) -> SqlStaging:
         return SqlStaging.from_dict(data)
 
@@ -457,7 +459,6 @@ class SqlSink(StagingSink[SqlStaging]):
         log.info("committed %d rows of %d units into %s (%s) in %.2fs", rows, len(new), sname, path, seconds)
         return {"rows": rows, "path": path, "units": len(new), "seconds": round(seconds, 3)}
 
-
     # -- publishing -----------------------------------------------------------------------
 
     def promote(self, staging: SqlStaging, rebase: bool = False) -> Swap:
@@ -473,7 +474,6 @@ class SqlSink(StagingSink[SqlStaging]):
         if rebase:  # SUPPORTS_REBASE is False: the job refuses --rebase before calling
             raise ValueError(f"the {self.kind} sink cannot rebase a promotion")
         return with_lock_retry(self, lambda: promote_once(self, staging))
-
 
     def rollback(self, staging: SqlStaging, promoted: dict[str, Any]) -> Swap:
         """Undo a promotion: the promoted table becomes the staging again, the previous one the target.
@@ -493,9 +493,7 @@ class SqlSink(StagingSink[SqlStaging]):
         """
         return cleanup_run(self, staging)
 
-
     # -- cleanup --------------------------------------------------------------------------
-
 
     # -- reading --------------------------------------------------------------------------
 

@@ -19,11 +19,17 @@ class SqlColumn:
     notnull: bool
     has_default: bool
     generated: bool = False
+
+
 def base_type(sql_type: str) -> str:
     return re.sub(r"\(.*\)", "", sql_type).strip().lower()
+
+
 def type_modifiers(sql_type: str) -> tuple[int, int] | None:
     m = re.search(r"\((\d+)\s*(?:,\s*(\d+))?\)", sql_type)
     return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
 def is_nested(t: pa.DataType) -> bool:
     import pyarrow as pa
 
@@ -33,6 +39,8 @@ def is_nested(t: pa.DataType) -> bool:
         or pa.types.is_duration(t)
         or pa.types.is_interval(t)
     )
+
+
 def pg_type(t: pa.DataType) -> str:
     """The PostgreSQL type a new table gets for an Arrow type."""
     import pyarrow as pa
@@ -64,6 +72,8 @@ def pg_type(t: pa.DataType) -> str:
     if pa.types.is_time(t):
         return "time without time zone"
     raise SqlSinkError(f"Arrow type {t} has no SQL column type here")
+
+
 SQLITE_TYPES = {
     "boolean": "BOOLEAN",
     "smallint": "SMALLINT",
@@ -78,9 +88,13 @@ SQLITE_TYPES = {
     "timestamp without time zone": "TIMESTAMP",
     "time without time zone": "TIME",
 }
+
+
 def sqlite_type(t: pa.DataType) -> str:
     pg = pg_type(t)
     return SQLITE_TYPES.get(pg, pg.upper())
+
+
 TEXT_TYPES = {
     "text",
     "character varying",
@@ -96,6 +110,8 @@ TEXT_TYPES = {
     "xml",
 }
 NUMBER_TYPES = {"smallint", "integer", "bigint", "numeric", "decimal", "real", "double precision"}
+
+
 def pg_compatible(t: pa.DataType, sql_type: str) -> bool:
     """Can a column of ``sql_type`` hold every value of Arrow type ``t`` (no silent loss)?"""
     import pyarrow as pa
@@ -134,6 +150,8 @@ def pg_compatible(t: pa.DataType, sql_type: str) -> bool:
     if pa.types.is_time(t):
         return base.startswith("time")
     return False
+
+
 def sqlite_affinity(declared: str) -> str:
     d = declared.upper()
     if "INT" in d:
@@ -145,6 +163,8 @@ def sqlite_affinity(declared: str) -> str:
     if any(s in d for s in ("REAL", "FLOA", "DOUB")):
         return "REAL"
     return "NUMERIC"
+
+
 def sqlite_compatible(t: pa.DataType, declared: str) -> bool:
     import pyarrow as pa
 
@@ -166,6 +186,8 @@ def sqlite_compatible(t: pa.DataType, declared: str) -> bool:
     if pa.types.is_temporal(t):
         return aff in ("TEXT", "NUMERIC")
     return False
+
+
 def arrow_of(sql_type: str) -> pa.DataType:
     """The Arrow type a column reads back as (PostgreSQL or SQLite declared names)."""
     import pyarrow as pa
@@ -197,6 +219,8 @@ def arrow_of(sql_type: str) -> pa.DataType:
         if mod is not None and 0 < mod[0] <= 38:
             return pa.decimal128(mod[0], mod[1])
     return pa.string()
+
+
 def from_text(text: pa.Array, t: pa.DataType) -> pa.Array:
     """Text as SQLite keeps it (ISO-8601, with or without a zone) to ``t``."""
     import pyarrow as pa

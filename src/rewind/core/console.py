@@ -1,0 +1,54 @@
+"""How core code tells the person or program running it what is happening: one Console.
+
+Core code (the job runner, the archive) is handed a :class:`Console` and calls it with plain
+data at the moments that matter; it never prints and never formats for a terminal (no Rich
+markup), so the same run can be shown as a progress bar, as JSON lines, as metrics, or not
+at all. The CLI's implementation is :class:`rewind.progress.CliConsole`; library callers
+that want nothing shown pass nothing (:data:`QUIET`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rewind.core.counts import RecordCounts
+
+
+@dataclass
+class RunProgress:
+    """Where a run stands after a wave of units committed."""
+
+    run_id: str
+    units_total: int
+    units_done: int
+    offsets_total: int
+    counts: RecordCounts
+    started: float
+    state: str = "running"
+
+
+class Console(Protocol):
+    """The events core code reports. Each method must return quickly and must not raise."""
+
+    def run_progress(self, progress: RunProgress) -> None:
+        """A wave of a run committed (sink, quarantine and ledger)."""
+        ...
+
+    def archive_committed(self, result: Mapping[str, Any]) -> None:
+        """An archive pass committed (the pass's ``to_dict()``: pass_id, records, files...)."""
+        ...
+
+
+class QuietConsole:
+    """Shows nothing: the default of library calls."""
+
+    def run_progress(self, progress: RunProgress) -> None:
+        pass
+
+    def archive_committed(self, result: Mapping[str, Any]) -> None:
+        pass
+
+
+QUIET: Console = QuietConsole()
