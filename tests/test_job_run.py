@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from rewind.config import Settings, load_settings
+from rewind.core.console import QuietConsole
 from rewind.job.runner import RunOutcome
 from rewind.spec import JobSpec, parse_spec
 from tests import job_fixtures as jf
@@ -226,13 +230,31 @@ def test_the_plan_is_deterministic(job: Job) -> None:
     }
 
 
+class StageRecorder(QuietConsole):
+    """A console that keeps the stages a run reports, in order."""
+
+    def __init__(self) -> None:
+        self.stages: list[str] = []
+
+    def stage(self, name: str, description: str) -> None:
+        self.stages.append(description)
+
+
 def test_a_rerun_into_a_fresh_table_gives_the_same_event_ids(job: Job) -> None:
-    from rewind.job.service import run_job
+    from rewind.job.service import load_plan, open_ledger, run_job
+    from rewind.job.stages import plan_stages
 
     spec = parse_spec({**job.spec.canonical(), "sink": {"iceberg": {"table": "shop.order_lines_again"}}})
-    again = run_job(job.settings, spec, units_per_wave=12)
+    recorder = StageRecorder()
+    again = run_job(job.settings, spec, units_per_wave=12, console=recorder)
     assert again.state == "succeeded" and again.run_id != job.outcome.run_id
     assert again.waves == 1
+    # the run walked exactly the stages its plan gives (what `rewind plan` prints)
+    with open_ledger(job.settings) as ledger:
+        plan = load_plan(ledger, again.plan_id)
+    planned = plan_stages(plan, target="iceberg:shop.order_lines_again", wave_size=12)
+    assert recorder.stages == [s.describe() for s in planned]
+    assert [s.name for s in planned] == ["take-lease", "prepare-staging", "reconcile", "run-wave", "conclude"]
     first = {r["_rewind_event_id"]: r for r in staging(job)}
     second = {r["_rewind_event_id"]: r for r in jf.staging_table(job.settings, again.staging).to_pylist()}
     assert second.keys() == first.keys()
@@ -356,3 +378,26 @@ def test_a_translate_breaking_its_contract_mid_run_fails_the_run_with_one_line(
     assert shown["units_by_state"] == {"done": 2, "failed": 2}
     staging = jf.staging_table(job.settings, shown["staging"]).to_pylist()
     assert sorted({r["_rewind_source_offset"] // 500 for r in staging}) == [0, 1]  # the first wave only
+
+
+@hypothesis_settings(max_examples=60, deadline=None)
+@given(wave_size=st.integers(1, 40), done_mask=st.lists(st.booleans(), min_size=12, max_size=12))
+def test_the_waves_of_the_stages_cover_every_unit_not_done_once_in_plan_order(
+    job: Job, wave_size: int, done_mask: list[bool]
+) -> None:
+    from rewind.job.service import load_plan, open_ledger
+    from rewind.job.stages import Conclude, RunWave, TakeLease, plan_stages
+
+    with open_ledger(job.settings) as ledger:
+        plan = load_plan(ledger, job.outcome.plan_id)
+    done = [u.id for u, d in zip(plan.units, done_mask, strict=True) if d]
+    stages = plan_stages(plan, target="iceberg:x.y", wave_size=wave_size, done=done)
+    assert stages == plan_stages(plan, target="iceberg:x.y", wave_size=wave_size, done=done)  # pure
+    assert isinstance(stages[0], TakeLease) and isinstance(stages[-1], Conclude)
+    waves = [s for s in stages if isinstance(s, RunWave)]
+    assert [s.index for s in waves] == list(range(len(waves)))
+    assert all(0 < len(w.unit_ids) <= wave_size for w in waves)
+    in_waves = [uid for w in waves for uid in w.unit_ids]
+    assert in_waves == [u.id for u in plan.units if u.id not in done]
+    sizes = {u.id: u.end - u.start for u in plan.units}
+    assert all(w.offsets == sum(sizes[uid] for uid in w.unit_ids) for w in waves)

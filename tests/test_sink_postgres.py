@@ -20,9 +20,9 @@ import psycopg
 import pyarrow as pa
 import pytest
 
+from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.sinks.files import write_parquet
 from rewind.sinks.sql import load
-from rewind.sinks.sql.backend import COUNTS_KEY
 from rewind.sinks.sql.exceptions import SqlSinkError, TargetMoved
 from rewind.sinks.sql.sink import SqlSink, SqlStaging
 from rewind.translate.lineage import LINEAGE_SCHEMA
@@ -88,7 +88,7 @@ def commit(sink: SqlSink, staging: SqlStaging, unit: str, table: pa.Table) -> di
     """Write ``table`` to the staging's data folder and commit it as ``unit``, as the runner does."""
     files = [write_parquet(sink.data_folder(staging), table, "data")] if table.num_rows else []
     counts = {unit: {"records_read": table.num_rows, "emitted": table.num_rows, "rows_out": table.num_rows}}
-    return sink.commit(staging, staging.run_id, [unit], files, extra={COUNTS_KEY: json.dumps(counts)})
+    return sink.commit(staging, staging.run_id, [unit], files, extra={UNIT_COUNTS_KEY: json.dumps(counts)})
 
 
 def table_rows(sink: SqlSink, name: str) -> dict[int, tuple[float, int]]:

@@ -33,8 +33,9 @@ import psycopg
 import pytest
 
 from rewind.config import Settings, load_settings
+from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.sinks.files import write_parquet
-from rewind.sinks.sql.backend import COUNTS_KEY, STAGINGS_TABLE
+from rewind.sinks.sql.backend import STAGINGS_TABLE
 from rewind.sinks.sql.sink import SqlSink, SqlStaging
 from rewind.translate.lineage import LINEAGE_SCHEMA
 from tests import job_fixtures as jf
@@ -210,7 +211,7 @@ def record_run(settings: Settings, db: Db, run_id: str, table: str, *, new_table
         repaired = rows(run_id, items, status="repaired")
         files = [write_parquet(sink.data_folder(staging), repaired, "data")]
         counts = {"orders/0/0-11": {"records_read": 11, "emitted": 11, "rows_out": 11}}
-        sink.commit(staging, run_id, ["orders/0/0-11"], files, extra={COUNTS_KEY: json.dumps(counts)})
+        sink.commit(staging, run_id, ["orders/0/0-11"], files, extra={UNIT_COUNTS_KEY: json.dumps(counts)})
     finally:
         sink.close()
     jf.record_finished_run(settings, spec, sink.target, run_id, staging)

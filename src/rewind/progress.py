@@ -51,6 +51,9 @@ class CliConsole:
         if self._rich is not None:
             self._rich.__exit__(*exc)
 
+    def stage(self, name: str, description: str) -> None:
+        """Stages are not shown: the plan printed them, the progress bar follows the waves."""
+
     def archive_committed(self, result: Mapping[str, Any]) -> None:
         if self.enabled:
             print(

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rewind.cli.app import JsonOpt, MetricsOpt, _settings, app, command
@@ -17,11 +18,13 @@ from rewind.output import output
 @command
 def plan(spec: Annotated[Path, typer.Argument(help="Job spec (YAML).")], json_out: JsonOpt = False) -> None:
     """Resolve the window, sample, check the gates; store the plan. Moves nothing."""
-    from rewind.job.service import plan_job
+    from rewind.job.service import plan_job, run_stages
     from rewind.spec import load_spec
 
-    job_plan = plan_job(_settings(), load_spec(spec))
+    settings = _settings()
+    job_plan = plan_job(settings, load_spec(spec))
     data = _plan_summary(job_plan)
+    data["stages"] = [{"stage": s.name, "does": s.describe()} for s in run_stages(settings, job_plan)]
     out = output(json_out)
     out.result(data, _render_plan)
     if not job_plan.ok:
@@ -84,8 +87,15 @@ def _render_plan(console: Console, d: dict[str, Any]) -> None:
     for g in d["gates"]:
         gates.add_row(g["name"], "[green]yes[/]" if g["ok"] else "[red]NO[/]", g["detail"])
     console.print(gates)
+    stages = d.get("stages") or []
+    waves = [st for st in stages if st["stage"] == "run-wave"]
+    console.print(f"[bold]a run walks {len(stages)} stages[/] ({len(waves)} waves):")
+    for i, st in enumerate(stages, 1):
+        if st["stage"] == "run-wave" and st is not waves[0] and st is not waves[-1]:
+            continue  # the first and the last wave stand for the rest
+        console.print(f"  {i}. {escape(st['does'])}")
     for note in d["notes"][:5]:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {escape(note)}[/]")
 
 
 @app.command()

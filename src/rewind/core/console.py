@@ -32,6 +32,10 @@ class RunProgress:
 class Console(Protocol):
     """The events core code reports. Each method must return quickly and must not raise."""
 
+    def stage(self, name: str, description: str) -> None:
+        """A stage of a run starts (see :mod:`rewind.job.stages`)."""
+        ...
+
     def run_progress(self, progress: RunProgress) -> None:
         """A wave of a run committed (sink, quarantine and ledger)."""
         ...
@@ -43,6 +47,9 @@ class Console(Protocol):
 
 class QuietConsole:
     """Shows nothing: the default of library calls."""
+
+    def stage(self, name: str, description: str) -> None:
+        pass
 
     def run_progress(self, progress: RunProgress) -> None:
         pass

@@ -1,6 +1,7 @@
 """``rewind run`` and ``rewind resume``: execute a stored plan, exactly once per work unit.
 
-Steps of a run, in order (the code below follows them one by one):
+Steps of a run, in order: the stages of :func:`rewind.job.stages.plan_stages`, which
+``rewind plan`` prints and :func:`execute` walks one by one:
 
 1. take the lease on the staging target, heartbeated for the whole run: a second run
    against the same target is refused, a crashed holder's lease expires; a refused run is
@@ -25,6 +26,7 @@ resume RUN`` continues from step 1.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -39,6 +41,17 @@ from rewind.core.console import QUIET, Console, RunProgress
 from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
+from rewind.job.finalize import finalize_run
+from rewind.job.stages import (
+    Conclude,
+    Finalize,
+    PrepareStaging,
+    Reconcile,
+    RunWave,
+    TakeLease,
+    default_wave_size,
+    plan_stages,
+)
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -119,69 +132,69 @@ def execute(
     after_commit: Callable[[list[str]], None] | None = None,
 ) -> RunOutcome:
     """Run (or resume) ``run_id`` of ``plan`` to the end. See the module docstring for the steps."""
-    from rewind.job.components import make_sink, quarantine_table
+    from rewind.job.components import make_sink
     from rewind.ledger import LeaseHeld
 
     spec = plan.job_spec()
     sink = make_sink(settings, spec)
     started = time.monotonic()
     interrupts = _Interrupts(settings)
+    waiting = {u.unit_id for u in ledger.pending_units(run_id)}
+    stages = plan_stages(
+        plan,
+        target=sink.target,
+        wave_size=units_per_wave or default_wave_size(),
+        done=[u.id for u in plan.units if u.id not in waiting],
+    )
+    units = {u.id: u for u in plan.units}
+    run = _RunContext()
     try:
-        # 1. the lease on the staging target, for the whole run
-        with ledger.keeper(sink.target, run_id, spec.run.lease_ttl_s) as keeper, interrupts:
-            # 2. the run is running (only now: a refused resume must not touch a live run)
-            ledger.set_state(run_id, "running")
-            # 3. staging and quarantine
-            schema = plan.output_schema()
-            staging = sink.prepare(run_id, schema)
-            qsink, qstaging = _quarantine(settings, quarantine_table(spec), run_id)
-            ledger.set_state(run_id, "running", staging=staging.to_dict())
-            # units commit to the sink, or (a fold into a one-row-per-key sink) to a scratch table
-            parts = _parts(settings, spec, run_id, schema)
-            unit_sink, unit_staging = parts or (sink, staging)
-            # 4. reconcile the ledger with what the sink holds
-            _reconcile(ledger, unit_sink, unit_staging, run_id)
-            done_q = qsink.committed_units(qstaging, run_id)
-            # 5. waves of pending units
-            pending = _pending(ledger, plan, run_id)
-            wave_size = units_per_wave or _default_wave(settings)
-            waves = 0
-            for start in range(0, len(pending), wave_size):
-                keeper.check()  # fenced: a lost lease stops the run before it writes again
-                wave = pending[start : start + wave_size]
-                _run_wave(
-                    settings, ledger, plan, run_id, wave, unit_sink, unit_staging, qsink, qstaging, done_q
-                )
-                waves += 1
-                if after_commit is not None:
-                    after_commit([u.id for u in wave])
-                console.run_progress(_progress(ledger, plan, run_id, started))
-            # 6. read models: fold the run's rows per key, keep the replaced window (once)
-            folded = _finalize(settings, ledger, plan, sink, staging, run_id, parts)
-            if parts is not None:  # folded into the sink: the partial rows are not needed any more
-                parts[0].cleanup(parts[1])
-            # 7. whole-run conservation and success
-            counts = ledger.unit_counts(run_id).counts
-            if not counts.balanced:
-                raise ConservationViolated(
-                    f"run {run_id}: read {counts.records_read} != emitted {counts.emitted} + quarantined "
-                    f"{counts.quarantined} + filtered {counts.filtered}"
-                )
-            _forget_pacing(run_id)
-            ledger.set_state(run_id, "succeeded", totals=counts.to_dict())
-            ledger.audit(run_id, "run-succeeded", counts.to_dict())
-            return RunOutcome(
-                run_id,
-                "succeeded",
-                plan.plan_id,
-                counts,
-                staging.to_dict(),
-                qstaging.table,
-                time.monotonic() - started,
-                len(plan.units),
-                waves,
-                folded=folded,
-            )
+        with contextlib.ExitStack() as held:
+            for stage in stages:
+                console.stage(stage.name, stage.describe())
+                if isinstance(stage, TakeLease):
+                    # the lease for the whole run; only then is the run `running` (a refused
+                    # resume must not touch a live run)
+                    run.keeper = held.enter_context(ledger.keeper(stage.target, run_id, spec.run.lease_ttl_s))
+                    held.enter_context(interrupts)
+                    ledger.set_state(run_id, "running")
+                elif isinstance(stage, PrepareStaging):
+                    schema = plan.output_schema()
+                    run.staging = sink.prepare(run_id, schema)
+                    run.qsink, run.qstaging = _quarantine(settings, stage.quarantine_table, run_id)
+                    ledger.set_state(run_id, "running", staging=run.staging.to_dict())
+                    # units commit to the sink, or (a fold into a one-row-per-key sink) to a scratch table
+                    run.parts = _parts(settings, spec, run_id, schema)
+                elif isinstance(stage, Reconcile):
+                    unit_sink, unit_staging = run.unit_target(sink)
+                    _reconcile(ledger, unit_sink, unit_staging, run_id)
+                    run.done_q = run.quarantine()[0].committed_units(run.quarantine()[1], run_id)
+                    run.pending = {u.unit_id for u in ledger.pending_units(run_id)}
+                elif isinstance(stage, RunWave):
+                    assert run.keeper is not None
+                    run.keeper.check()  # fenced: a lost lease stops the run before it writes again
+                    wave = [units[uid] for uid in stage.unit_ids if uid in run.pending]
+                    if not wave:  # the reconcile found all of it in the sink already
+                        continue
+                    unit_sink, unit_staging = run.unit_target(sink)
+                    qsink, qstaging = run.quarantine()
+                    _run_wave(
+                        settings, ledger, plan, run_id, wave,
+                        unit_sink, unit_staging, qsink, qstaging, run.done_q,
+                    )
+                    run.waves += 1
+                    if after_commit is not None:
+                        after_commit([u.id for u in wave])
+                    console.run_progress(_progress(ledger, plan, run_id, started))
+                elif isinstance(stage, Finalize):
+                    # read models: fold the run's rows per key, keep the replaced window (once)
+                    assert run.staging is not None
+                    run.folded = finalize_run(settings, ledger, plan, sink, run.staging, run_id, run.parts)
+                    if run.parts is not None:  # folded into the sink: the partial rows are not needed
+                        run.parts[0].cleanup(run.parts[1])
+                elif isinstance(stage, Conclude):
+                    return _conclude(ledger, plan, run_id, run, started)
+        raise AssertionError("the stages of a run end with Conclude")  # plan_stages guarantees it
     except LeaseHeld as exc:
         # nothing ran; a new run fails, a run another process holds is not ours to change
         if ledger.get_run(run_id).state == "planned":
@@ -197,6 +210,57 @@ def execute(
         ledger.set_state(run_id, "failed", error=_one_line(exc))
         raise
 
+
+
+@dataclass
+class _RunContext:
+    """What the stages of one run hand to the stages after them."""
+
+    keeper: Any = None
+    staging: Staging | None = None
+    qsink: IcebergSink | None = None
+    qstaging: IcebergStaging | None = None
+    parts: tuple[IcebergSink, IcebergStaging] | None = None
+    done_q: set[str] = field(default_factory=set)
+    pending: set[str] = field(default_factory=set)
+    waves: int = 0
+    folded: dict[str, Any] | None = None
+
+    def unit_target(self, sink: StagingSink[Any]) -> tuple[StagingSink[Any], Staging]:
+        if self.parts is not None:
+            return self.parts
+        assert self.staging is not None, "PrepareStaging runs first"
+        return sink, self.staging
+
+    def quarantine(self) -> tuple[IcebergSink, IcebergStaging]:
+        assert self.qsink is not None and self.qstaging is not None, "PrepareStaging runs first"
+        return self.qsink, self.qstaging
+
+
+def _conclude(ledger: Ledger, plan: JobPlan, run_id: str, run: _RunContext, started: float) -> RunOutcome:
+    """The last stage: the conservation law over the whole run, then ``succeeded``."""
+    counts = ledger.unit_counts(run_id).counts
+    if not counts.balanced:
+        raise ConservationViolated(
+            f"run {run_id}: read {counts.records_read} != emitted {counts.emitted} + quarantined "
+            f"{counts.quarantined} + filtered {counts.filtered}"
+        )
+    _forget_pacing(run_id)
+    ledger.set_state(run_id, "succeeded", totals=counts.to_dict())
+    ledger.audit(run_id, "run-succeeded", counts.to_dict())
+    assert run.staging is not None
+    return RunOutcome(
+        run_id,
+        "succeeded",
+        plan.plan_id,
+        counts,
+        run.staging.to_dict(),
+        run.quarantine()[1].table,
+        time.monotonic() - started,
+        len(plan.units),
+        run.waves,
+        folded=run.folded,
+    )
 
 INTERRUPTED = "interrupted (Ctrl-C); `rewind resume` continues"
 
@@ -256,11 +320,6 @@ def _one_line(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {text[0] if text else ''}"[:2000]
 
 
-def _default_wave(settings: Settings) -> int:
-    import os
-
-    return max(8, 4 * (os.cpu_count() or 2))
-
 
 def _pending(ledger: Ledger, plan: JobPlan, run_id: str) -> list[WorkUnit]:
     waiting = {u.unit_id for u in ledger.pending_units(run_id)}
@@ -312,23 +371,6 @@ def _counts_for(data: dict[str, Any] | None) -> dict[str, Any]:
         "filtered": c.filtered,
         "reasons": c.reasons,
     }
-
-
-def _finalize(
-    settings: Settings,
-    ledger: Ledger,
-    plan: JobPlan,
-    sink: StagingSink[Any],
-    staging: Staging,
-    run_id: str,
-    parts: tuple[IcebergSink, IcebergStaging] | None,
-) -> dict[str, Any] | None:
-    """Step 6: the fold/trim of :mod:`rewind.job.finalize`, for the specs that ask for it."""
-    from rewind.job.finalize import finalize_run, needs_finalize
-
-    if not needs_finalize(plan.job_spec()):
-        return None
-    return finalize_run(settings, ledger, plan, sink, staging, run_id, parts)
 
 
 def _parts(

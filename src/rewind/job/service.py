@@ -13,6 +13,7 @@ from rewind.core.console import QUIET, Console
 from rewind.errors import RewindError
 from rewind.job.plan import JobPlan, PlanRefused, build_plan
 from rewind.job.runner import RunOutcome, execute, start_run
+from rewind.job.stages import Stage, default_wave_size, plan_stages
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -95,6 +96,14 @@ def resume_job(
         plan = load_plan(ledger, run.plan_id)
         ledger.audit(run_id, "resume", {"from_state": run.state})
         return execute(settings, ledger, plan, run_id, console=console, units_per_wave=units_per_wave)
+
+
+def run_stages(settings: Settings, plan: JobPlan) -> list[Stage]:
+    """The stages a run of ``plan`` will walk (as :func:`execute` does), for ``rewind plan``."""
+    from rewind.job.components import make_sink
+
+    target = make_sink(settings, plan.job_spec()).target
+    return plan_stages(plan, target=target, wave_size=default_wave_size())
 
 
 def show_run(settings: Settings, run_id: str) -> dict[str, Any]:

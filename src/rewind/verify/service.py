@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from rewind.config import Settings
+    from rewind.sinks.base import StagingSink
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ def verify_run(settings: Settings, run_id: str, report_path: str | Path | None =
     from rewind.verify.sources import reference_side, scratch
 
     ledger = open_ledger(settings)
-    sink: Any = None
+    sink: StagingSink[Any] | None = None
     try:
         run = ledger.get_run(run_id)
         if run.state not in VERIFIABLE:
@@ -164,5 +165,6 @@ def verify_run(settings: Settings, run_id: str, report_path: str | Path | None =
         ledger.audit(run_id, "verify", summary(report))
         return report
     finally:
-        sink.close()
+        if sink is not None:  # made once the run is known
+            sink.close()
         ledger.close()
