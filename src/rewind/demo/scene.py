@@ -148,10 +148,10 @@ def _malformed_kind(value: bytes) -> str:
 
 def _produce(settings: Settings, topic: str, history: domain.History) -> list[list[int]]:
     """Recreate ``topic`` and produce the history in time order; each record's offset, per partition."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # confluent-kafka only once the demo produces
 
     from rewind.kafka import clients
+    from rewind.kafka.producer import TransactionalProducer
 
     conf = settings.kafka_config()
     admin = clients.admin(conf)
@@ -163,21 +163,29 @@ def _produce(settings: Settings, topic: str, history: domain.History) -> list[li
             time.sleep(0.2)
     for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         fut.result(timeout=30)
-    producer = Producer({**conf, "enable.idempotence": True, "linger.ms": 20, "batch.size": 1_000_000})
+    txn = TransactionalProducer(
+        {**conf, "enable.idempotence": True, "linger.ms": 20, "batch.size": 1_000_000}, error=DemoFailed
+    )
+    producer = txn.open()
     offsets: list[list[int]] = [[] for _ in range(PARTITIONS)]
-    for event in history.events:
-        offsets[event.partition].append(len(offsets[event.partition]))
-        while True:
-            try:
-                producer.produce(
-                    topic, value=event.value, key=event.key, partition=event.partition, timestamp=event.at_ms
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
-    left = producer.flush(60)
-    if left:
-        raise DemoFailed(f"demo step 'scene': {left} records of {topic} were not delivered")
+    try:
+        for event in history.events:
+            offsets[event.partition].append(len(offsets[event.partition]))
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        value=event.value,
+                        key=event.key,
+                        partition=event.partition,
+                        timestamp=event.at_ms,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        txn.flush(timeout_s=60)
+    finally:
+        txn.close()
     return offsets
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import WriterCommitMessage
 
 from rewind.errors import ConfigError
+from rewind.kafka.producer import TransactionalProducer
 from rewind.spark.kafka_write_options import KafkaWriteError, RecordLayout, TimestampKind, WriterOptions
 from rewind.spark.ratelimit import (
     Pacer,
@@ -19,7 +20,7 @@ from rewind.spark.ratelimit import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import Producer
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +66,15 @@ class WriteTask:
         self.layout = layout
         self.pacer = pacer
         self.transactional_id = transactional_id
-        self.producer: Producer | None = None
-        self.failures: list[tuple[KafkaError, str, int]] = []
-        self.failed_count = 0
-        self.fatal: KafkaError | None = None
+        self.txn = TransactionalProducer(
+            dict(options.producer_conf),
+            transactional_id=transactional_id,
+            error=KafkaWriteError,
+            call_timeout_s=_TRANSACTION_CALL_TIMEOUT_S,
+        )
         self.records = 0
         self.bytes = 0
         self.throttled = 0.0
-        self.in_transaction = False
 
     def run(
         self, iterator: Iterator[pa.RecordBatch], partition_id: int, attempt: int
@@ -102,100 +104,37 @@ class WriteTask:
 
     # -- producer life -----------------------------------------------------------------
 
+    @property
+    def producer(self) -> Producer | None:
+        return self.txn.client
+
     def _open(self) -> Producer:
+        """Steps 1-2 (see the class docstring): the producer, and the task's transaction."""
         from confluent_kafka import KafkaException
 
-        from rewind.kafka.clients import producer
-
-        conf: dict[str, Any] = {
-            **self.options.producer_conf,
-            "on_delivery": self._on_delivery,
-            "error_cb": self._on_error,
-        }
-        if self.transactional_id is not None:
-            conf["transactional.id"] = self.transactional_id
         try:
-            self.producer = producer(conf)
+            producer = self.txn.open()
         except KafkaException as exc:
             raise ConfigError(f"bad kafka.* option for the producer: {exc.args[0].str()}") from None
-        if self.transactional_id is not None:
-            init = self.producer.init_transactions
-            self._transaction_step("init_transactions", lambda: init(_TRANSACTION_CALL_TIMEOUT_S))
-            self._transaction_step("begin_transaction", self.producer.begin_transaction)
-            self.in_transaction = True
-        return self.producer
-
-    def _transaction_step(self, name: str, step: Callable[[], None]) -> None:
-        from confluent_kafka import KafkaException
-
-        try:
-            step()
-        except KafkaException as exc:
-            raise KafkaWriteError(
-                f"{name} failed for transactional id {self.transactional_id}: {exc.args[0].str()}"
-            ) from exc
+        self.txn.begin()
+        return producer
 
     def _finish(self) -> None:
-        producer = self.producer
-        if producer is None:
+        if self.txn.client is None:
             return  # nothing to write: no producer was ever needed
-        while len(producer) > 0:
-            producer.flush(1.0)
-            self._raise_failures()
-        self._raise_failures()
-        if self.in_transaction:
-            self._transaction_step(
-                "commit_transaction", lambda: producer.commit_transaction(_TRANSACTION_CALL_TIMEOUT_S)
-            )
-            self.in_transaction = False
+        self.txn.flush()
+        self.txn.commit()
 
     def _fail(self) -> None:
-        producer = self.producer
-        if producer is None:
-            return
-        try:
-            producer.purge()
-            producer.poll(0)
-            if self.in_transaction:
-                producer.abort_transaction(_TRANSACTION_CALL_TIMEOUT_S)
-                self.in_transaction = False
-        except Exception as exc:  # the original error matters more; the broker times it out
-            log.warning("could not abort transaction %s: %s", self.transactional_id, exc)
+        self.txn.abort()
 
     def _close(self, ok: bool) -> None:
-        producer, self.producer = self.producer, None
-        if producer is None:
-            return
-        if not ok:
-            producer.purge()
-        producer.flush(0 if not ok else 5.0)
-        producer.close()
-
-    # -- callbacks (served from poll/flush in this thread) ------------------------------
-
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self.failed_count += 1
-            if len(self.failures) < 5:
-                partition = msg.partition()
-                self.failures.append((err, msg.topic() or "?", -1 if partition is None else partition))
-
-    def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self.fatal = err
-        else:
-            log.debug("producer: %s", err.str())
+        if self.txn.client is not None and not ok:
+            self.txn.client.purge()
+        self.txn.close(flush_s=5.0 if ok else 0.0)
 
     def _raise_failures(self) -> None:
-        if self.fatal is not None:
-            raise KafkaWriteError(f"Kafka producer failed: {self.fatal.str()} ({self.fatal.name()})")
-        if not self.failures:
-            return
-        err, topic, partition = self.failures[0]
-        where = f"topic {topic} partition {partition if partition >= 0 else '(any)'}"
-        raise KafkaWriteError(
-            f"Kafka refused {self.failed_count} record(s); first: {where}: {err.str()} ({err.name()})"
-        )
+        self.txn.raise_failures()
 
     # -- producing ---------------------------------------------------------------------
 

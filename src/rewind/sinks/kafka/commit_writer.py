@@ -10,11 +10,12 @@ import contextlib
 import gc
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.arrow import schema_from_b64
+from rewind.kafka.producer import TransactionalProducer
 from rewind.sinks.kafka.bookkeeping import (
     TXN_CALL_TIMEOUT_S,
     KafkaStaging,
@@ -27,7 +28,7 @@ from rewind.sinks.kafka.exceptions import KafkaSinkError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import Producer
 
     from rewind.sinks.kafka.records import EncodedBatch
 
@@ -59,98 +60,38 @@ class CommitWriter:
         self.staging = staging
         self.run_id = run_id
         self.schema = schema_from_b64(staging.schema_b64)
-        self.producer: Producer | None = None
-        self.in_transaction = False
-        self.failures: list[KafkaError] = []
-        self.failed = 0
-        self.fatal: KafkaError | None = None
+        self.txn = TransactionalProducer(
+            {**PRODUCER_DEFAULTS, **sink.conf},
+            transactional_id=transactional_id(run_id) if staging.transactional else None,
+            error=KafkaSinkError,
+            call_timeout_s=TXN_CALL_TIMEOUT_S,
+            keep_failures=3,
+        )
 
     @property
-    def transactional_id(self) -> str:
-        return transactional_id(self.run_id)
+    def producer(self) -> Producer:
+        assert self.txn.client is not None, "open() first"
+        return self.txn.client
 
     def open(self) -> None:
-        from rewind.kafka.clients import producer as make_producer
-
-        conf: dict[str, Any] = {
-            **PRODUCER_DEFAULTS,
-            **self.sink.conf,
-            "on_delivery": self._on_delivery,
-            "error_cb": self._on_error,
-        }
-        if self.staging.transactional:
-            conf["transactional.id"] = self.transactional_id
-        else:
-            conf.pop("transaction.timeout.ms", None)
-        self.producer = make_producer(conf)
-        if self.staging.transactional:
-            self._step("init_transactions", lambda p: p.init_transactions(TXN_CALL_TIMEOUT_S))
+        self.txn.open()
 
     def begin(self) -> None:
-        if self.staging.transactional:
-            self._step("begin_transaction", lambda p: p.begin_transaction())
-            self.in_transaction = True
+        self.txn.begin()
 
     def commit(self) -> None:
-        if self.in_transaction:
-            self._step("commit_transaction", lambda p: p.commit_transaction(TXN_CALL_TIMEOUT_S))
-            self.in_transaction = False
+        self.txn.commit()
 
     def abort(self) -> None:
-        producer = self.producer
-        if producer is None:
-            return
-        try:
-            producer.purge()
-            producer.poll(0)
-            if self.in_transaction:
-                producer.abort_transaction(TXN_CALL_TIMEOUT_S)
-                self.in_transaction = False
-        except Exception as exc:  # the original error matters more; init_transactions cleans up later
-            log.warning("could not abort transaction %s: %s", self.transactional_id, short_error(exc))
+        self.txn.abort()
 
     def close(self) -> None:
-        producer, self.producer = self.producer, None
-        if producer is not None:
-            producer.flush(0)
-            with contextlib.suppress(Exception):
-                producer.close()
-
-    def _step(self, name: str, call: Callable[[Producer], None]) -> None:
-        from confluent_kafka import KafkaException
-
-        assert self.producer is not None
-        try:
-            call(self.producer)
-        except KafkaException as exc:
-            raise KafkaSinkError(
-                f"{name} failed for transactional id {self.transactional_id}: {exc.args[0].str()}"
-            ) from exc
-
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self.failed += 1
-            if len(self.failures) < 3:
-                self.failures.append(err)
-
-    def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self.fatal = err
-        else:
-            log.debug("commit producer: %s", err.str())
+        self.txn.close()
 
     def raise_failures(self) -> None:
-        if self.fatal is not None:
-            raise KafkaSinkError(f"the Kafka producer failed: {self.fatal.str()} ({self.fatal.name()})")
-        if self.failures:
-            err = self.failures[0]
-            raise KafkaSinkError(
-                f"Kafka refused {self.failed} record(s) for {self.staging.topic}; "
-                f"first: {err.str()} ({err.name()})"
-            )
+        self.txn.raise_failures(what=f" for {self.staging.topic}")
 
     def _when_full(self, topic: str, value: Any, key: Any, partition: int, **kwargs: Any) -> None:
-        assert self.producer is not None
         while True:
             self.producer.poll(0.05)
             self.raise_failures()
@@ -166,7 +107,6 @@ class CommitWriter:
 
         from rewind.sinks.kafka.records import RecordEncoder
 
-        assert self.producer is not None
         producer = self.producer
         encoder = RecordEncoder(self.schema, self.sink.key)
         same = self.staging.same_partition_topics
@@ -198,7 +138,6 @@ class CommitWriter:
         return rows, produced
 
     def produce_marker(self, key: str, marker: dict[str, Any]) -> None:
-        assert self.producer is not None
         self.producer.produce(
             self.staging.bookkeeping,
             json.dumps(marker, sort_keys=True).encode(),
@@ -207,11 +146,7 @@ class CommitWriter:
         )
 
     def flush(self) -> None:
-        assert self.producer is not None
-        while len(self.producer) > 0:
-            self.producer.flush(1.0)
-            self.raise_failures()
-        self.raise_failures()
+        self.txn.flush()
 
 
 def _target_partitions(batch: pa.RecordBatch, encoded: EncodedBatch, same: frozenset[str]) -> list[int]:
