@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from rewind.core.columns import SOURCE_TIMESTAMP
+from rewind.core.datatypes import SparkTypeError, parse_spark_type
 from rewind.core.windows import EARLIEST, LATEST, Bound, BoundSpec, Timestamp
 from rewind.secrets import mask
 from rewind.spec.errors import _UNSET, _Bad, _Plain
@@ -206,13 +207,6 @@ def _bound_spec(value: KafkaBound, option: str) -> BoundSpec:
     return BoundSpec(None, overrides, option=option)
 
 
-_SIMPLE_TYPES = frozenset(
-    {
-        *("string", "binary", "boolean", "date", "timestamp", "timestamp_ntz", "timestamp_ltz"),
-        *("tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long"),
-        *("float", "real", "double"),
-    }
-)
 _TYPES_HELP = (
     "expected a Spark type: string, long, int, double, boolean, timestamp, date, binary, "
     "decimal(p,s), array<T>, map<K,V> or struct<name:T,...>"
@@ -220,87 +214,14 @@ _TYPES_HELP = (
 
 
 def _spark_type(text: Any, at: tuple[str | int, ...]) -> str:
-    """Check a Spark DDL type (``long``, ``decimal(10,2)``, ``array<struct<a:int>>``...).
-
-    Returns it canonical: keywords lower case, no spaces.
-    """
+    """Check a Spark DDL type with the one grammar (:mod:`rewind.core.datatypes`); returns it
+    canonical: keywords lower case, no spaces."""
     if not isinstance(text, str):
         raise _Bad("not a type name", _TYPES_HELP, got=text, at=at)
-    tokens = re.findall(r"`[^`]*`|[A-Za-z_][A-Za-z0-9_]*|\d+|\S", text)
-    pos = 0
-
-    def take(expected: str | None = None) -> str:
-        nonlocal pos
-        if pos >= len(tokens) or (expected is not None and tokens[pos] != expected):
-            raise _Bad("not a Spark type", _TYPES_HELP, got=text, at=at)
-        pos += 1
-        return tokens[pos - 1]
-
-    def number() -> int:
-        token = take()
-        if not token.isdigit():
-            raise _Bad("not a Spark type", _TYPES_HELP, got=text, at=at)
-        return int(token)
-
-    def parse() -> str:
-        word = take().lower()
-        if word in _SIMPLE_TYPES:
-            return word
-        if word in ("decimal", "dec", "numeric"):
-            if pos < len(tokens) and tokens[pos] == "(":
-                take("(")
-                precision, scale = number(), 0
-                if tokens[pos : pos + 1] == [","]:
-                    take(",")
-                    scale = number()
-                take(")")
-                if not 1 <= precision <= 38 or scale > precision:
-                    raise _Bad(
-                        "a decimal needs 1 <= precision <= 38 and scale <= precision",
-                        _TYPES_HELP,
-                        got=text,
-                        at=at,
-                    )
-                return f"decimal({precision},{scale})"
-            return "decimal"
-        if word in ("char", "varchar"):
-            take("(")
-            length = number()
-            take(")")
-            return f"{word}({length})"
-        if word == "array":
-            take("<")
-            inner = parse()
-            take(">")
-            return f"array<{inner}>"
-        if word == "map":
-            take("<")
-            key = parse()
-            take(",")
-            val = parse()
-            take(">")
-            return f"map<{key},{val}>"
-        if word == "struct":
-            take("<")
-            fields = []
-            while True:
-                name = take()
-                if not (name.startswith("`") or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)):
-                    raise _Bad("not a Spark type", _TYPES_HELP, got=text, at=at)
-                if tokens[pos : pos + 1] == [":"]:
-                    take(":")
-                fields.append(f"{name}:{parse()}")
-                if take() == ">":
-                    break
-                if tokens[pos - 1] != ",":
-                    raise _Bad("not a Spark type", _TYPES_HELP, got=text, at=at)
-            return f"struct<{','.join(fields)}>"
-        raise _Bad("not a Spark type", _TYPES_HELP, got=text, at=at)
-
-    result = parse()
-    if pos != len(tokens):
-        raise _Bad("not a Spark type", _TYPES_HELP, got=text, at=at)
-    return result
+    try:
+        return parse_spark_type(text).ddl()
+    except SparkTypeError as exc:
+        raise _Bad(str(exc), _TYPES_HELP, got=text, at=at) from None
 
 
 def _schema(value: Any) -> dict[str, str] | None:
