@@ -62,7 +62,7 @@ def main() -> None:
     def write(batches):
         import pyarrow as pa
 
-        from rewind.sinks.files import write_parquet
+        from rewind.core.parquet import write_parquet
 
         table = pa.Table.from_batches(list(batches))
         if table.num_rows:

@@ -147,7 +147,7 @@ def main() -> None:
     parser.add_argument("--transactional", action="store_true")
     args = parser.parse_args()
 
-    from rewind.sinks.files import write_parquet
+    from rewind.core.parquet import write_parquet
     from rewind.sinks.kafka.sink import KafkaTopicSink
 
     n = args.rows

@@ -84,7 +84,7 @@ def order_rows(start: int, n: int, offset_base: int, run_id: str) -> Any:
 
 
 def write_files(folder: str, rows: int, offset_base: int, run_id: str) -> list[str]:
-    from rewind.sinks.files import write_parquet
+    from rewind.core.parquet import write_parquet
 
     return [
         write_parquet(folder, order_rows(start, min(FILE_ROWS, rows - start), offset_base, run_id), "data")

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from rewind.sinks.files import write_parquet
+from rewind.core.parquet import write_parquet
 from rewind.sinks.iceberg import IcebergSink, IcebergSinkError
 
 SCHEMA = pa.schema(

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pytest
 
 from rewind.config import Settings, load_settings
-from rewind.sinks.files import write_parquet
+from rewind.core.parquet import write_parquet
 from tests import job_fixtures as jf
 from tests.test_sink_iceberg import SCHEMA, rows, ts
 

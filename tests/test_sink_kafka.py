@@ -39,7 +39,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from rewind.config import load_settings
-from rewind.sinks.files import write_parquet
+from rewind.core.parquet import write_parquet
 from rewind.sinks.kafka.bookkeeping import BOOKKEEPING_TOPIC, KafkaStaging
 from rewind.sinks.kafka.exceptions import KafkaSinkError
 from rewind.sinks.kafka.records import HEADER_NAMES, RecordEncoder, decode_records

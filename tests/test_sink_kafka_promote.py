@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from rewind.config import Settings, load_settings
-from rewind.sinks.files import write_parquet
+from rewind.core.parquet import write_parquet
 from rewind.sinks.kafka.bookkeeping import KafkaStaging, bookkeeping_partition, read_log
 from rewind.sinks.kafka.sink import KafkaTopicSink
 from rewind.sinks.kafka.topics import high_watermarks, partition_watermarks

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from rewind.core.counts import UNIT_COUNTS_KEY
-from rewind.sinks.files import write_parquet
+from rewind.core.parquet import write_parquet
 from rewind.sinks.sql import load
 from rewind.sinks.sql.exceptions import SqlSinkError, TargetMoved
 from rewind.sinks.sql.sink import SqlSink, SqlStaging

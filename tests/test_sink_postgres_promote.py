@@ -34,7 +34,7 @@ import pytest
 
 from rewind.config import Settings, load_settings
 from rewind.core.counts import UNIT_COUNTS_KEY
-from rewind.sinks.files import write_parquet
+from rewind.core.parquet import write_parquet
 from rewind.sinks.sql.backend import STAGINGS_TABLE
 from rewind.sinks.sql.sink import SqlSink, SqlStaging
 from rewind.translate.lineage import LINEAGE_SCHEMA

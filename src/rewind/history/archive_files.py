@@ -13,11 +13,11 @@ task leaves orphan files, never data.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.parquet import open_writer
 from rewind.history.schema import arrow_schema, tp_key
 from rewind.spark.kafka_fetch import partitions_in
 
@@ -76,17 +76,9 @@ class _File:
             self.close()
 
     def _open(self) -> None:
-        import pyarrow.fs as pafs
-        import pyarrow.parquet as pq
-
-        fs, root = pafs.FileSystem.from_uri(self.ctx.data_folder)
-        fs.create_dir(root, recursive=True)
         where = f"{self.topic}-{self.partition}-d{self.day}"
-        name = f"archive-{self.ctx.pass_id}-{where}-{uuid.uuid4().hex[:12]}.parquet"
-        self.writer = pq.ParquetWriter(
-            f"{root.rstrip('/')}/{name}", self.schema, filesystem=fs, compression="zstd"
-        )
-        self.path = f"{self.ctx.data_folder.rstrip('/')}/{name}"
+        prefix = f"archive-{self.ctx.pass_id}-{where}"
+        self.writer, self.path = open_writer(self.ctx.data_folder, prefix, self.schema)
 
     def close(self) -> None:
         if self.writer is not None:

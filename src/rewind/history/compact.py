@@ -22,10 +22,10 @@ Old files stay on storage for older snapshots (time travel) until snapshots are 
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.parquet import open_writer
 from rewind.history.exceptions import ArchiveConflictError, CoverageError
 from rewind.history.schema import MODE_PROPERTY, archive_state, arrow_schema, open_archive
 
@@ -97,12 +97,9 @@ def _rewrite(table: Table, files: list[DataFile], folder: str, target_rows: int)
     """Stream ``files`` (offset order) into new files, one writer per Kafka partition."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     schema = arrow_schema()
-    fs, root = pafs.FileSystem.from_uri(folder)
-    fs.create_dir(root, recursive=True)
     writers: dict[tuple[str, int], list[Any]] = {}  # tp -> [writer, uri, rows]
     written: list[tuple[str, int]] = []
 
@@ -124,11 +121,8 @@ def _rewrite(table: Table, files: list[DataFile], folder: str, target_rows: int)
                     )
                     tp = (topic, partition)
                     if tp not in writers:
-                        name = f"compact-{uuid.uuid4().hex}.parquet"
-                        writer = pq.ParquetWriter(
-                            f"{root.rstrip('/')}/{name}", schema, filesystem=fs, compression="zstd"
-                        )
-                        writers[tp] = [writer, f"{folder.rstrip('/')}/{name}", 0]
+                        writer, uri = open_writer(folder, "compact", schema)
+                        writers[tp] = [writer, uri, 0]
                     writers[tp][0].write_table(rows, row_group_size=262_144)
                     writers[tp][2] += rows.num_rows
                     if writers[tp][2] >= target_rows:

@@ -34,6 +34,7 @@ from rewind.core.columns import (
     SOURCE_TIMESTAMP,
     SOURCE_TOPIC,
 )
+from rewind.core.parquet import write_parquet
 from rewind.errors import RewindError
 
 if TYPE_CHECKING:
@@ -141,11 +142,8 @@ class FoldPartitions:
         self.ctx = ctx
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import uuid
 
         import pyarrow as pa
-        import pyarrow.fs as pafs
-        import pyarrow.parquet as pq
 
         from rewind.translate.functions import load_callable
 
@@ -166,11 +164,7 @@ class FoldPartitions:
         path = ""
         if len(frame):
             out = pa.Table.from_pandas(frame, preserve_index=False).select(schema.names).cast(schema)
-            fs, root = pafs.FileSystem.from_uri(ctx.data_folder)
-            fs.create_dir(root, recursive=True)
-            name = f"{ctx.run_id}-fold-{uuid.uuid4().hex[:12]}.parquet"
-            pq.write_table(out, f"{root.rstrip('/')}/{name}", filesystem=fs, compression="zstd")
-            path = f"{ctx.data_folder.rstrip('/')}/{name}"
+            path = write_parquet(ctx.data_folder, out, f"{ctx.run_id}-fold")
         yield pa.RecordBatch.from_pylist(
             [{"data_file": path, "counts": json.dumps(counts.to_dict())}],
             schema=pa.schema([("data_file", pa.string()), ("counts", pa.string())]),

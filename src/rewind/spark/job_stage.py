@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import RecordCounts
+from rewind.core.parquet import open_writer
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.spark.kafka_fetch import partitions_in
@@ -77,17 +78,8 @@ class _UnitFiles:
         self.counts = RecordCounts()
 
     def _open(self, folder: str, schema: pa.Schema, kind: str) -> tuple[Any, str]:
-        import uuid
-
-        import pyarrow.fs as pafs
-        import pyarrow.parquet as pq
-
-        fs, root = pafs.FileSystem.from_uri(folder)
-        fs.create_dir(root, recursive=True)
         safe = self.unit.id.replace("/", "_")
-        name = f"{self.ctx.run_id}-{kind}-{safe}-{uuid.uuid4().hex[:12]}.parquet"
-        writer = pq.ParquetWriter(f"{root.rstrip('/')}/{name}", schema, filesystem=fs, compression="zstd")
-        return writer, f"{folder.rstrip('/')}/{name}"
+        return open_writer(folder, f"{self.ctx.run_id}-{kind}-{safe}", schema)
 
     def write(self, rows: pa.Table, quarantine: pa.Table) -> None:
         if rows.num_rows:

@@ -1,0 +1,41 @@
+"""Writing Parquet files into a table's data folder on any pyarrow filesystem, in one way.
+
+Spark tasks (job, fold, archive), compaction and tests write the files a driver later
+commits. Every file gets a name unique per call: a retried task writes a new file, and only
+files the driver commits become visible, so a failed attempt's files are orphans, never data.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+COMPRESSION = "zstd"
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
+
+
+def open_writer(folder_uri: str, prefix: str, schema: pa.Schema) -> tuple[pq.ParquetWriter, str]:
+    """A writer of a new file under ``folder_uri`` (created if missing) and the file's URI."""
+    import pyarrow.fs as pafs  # pyarrow only in the processes that write
+    import pyarrow.parquet as pq
+
+    fs, root = pafs.FileSystem.from_uri(folder_uri)
+    fs.create_dir(root, recursive=True)
+    name = unique_name(prefix)
+    writer = pq.ParquetWriter(f"{root.rstrip('/')}/{name}", schema, filesystem=fs, compression=COMPRESSION)
+    return writer, f"{folder_uri.rstrip('/')}/{name}"
+
+
+def write_parquet(folder_uri: str, table: pa.Table, prefix: str) -> str:
+    """Write ``table`` as one new Parquet file under ``folder_uri``; returns the file's URI."""
+    writer, uri = open_writer(folder_uri, prefix, table.schema)
+    with writer:
+        writer.write_table(table)
+    return uri
