@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rewind import faults
 from rewind.sinks.base import Swap
@@ -32,83 +33,41 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def promote_once(sink: SqlSink, staging: SqlStaging) -> Swap:
-    from sqlalchemy import select, update
+@dataclass
+class _Renames:
+    """What a promotion or rollback will do, once its checks passed."""
 
-    target, sname, prev = (
-        TableName.parse(n) for n in (staging.target_table, staging.table, staging.prev_table)
-    )
-    with sink._tx() as tx:
-        sink._backend.lock_timeout(tx, sink.lock_timeout_s)
-        book = sink._tables(tx)
-        # 1.
-        row = tx.conn.execute(
-            select(book.stagings).where(book.stagings.c.staging == sname.name).with_for_update()
-        ).first()
-        if row is None:
-            raise SqlSinkError(
-                f"staging {sname} is not recorded in {STAGINGS_TABLE}; nothing to promote"
-            )
-        before = {"table": str(target), "rows": row.base_rows, "fingerprint": row.base_fingerprint}
-        after: dict[str, Any] = {
-            "table": str(target),
-            "from": str(sname),
-            "previous": str(prev) if row.target_existed else None,
-        }
-        if row.state in ("promoted", "final"):
-            return Swap(
-                sink.target, "promote", before, {**after, "fingerprint": row.promoted_fingerprint}, True
-            )
-        if row.state != "staged" or not sink._backend.exists(tx, sname):
-            raise SqlSinkError(
-                f"staging {sname} is {row.state}, not there to promote; start a new run"
-            )
-        # 2.
-        rows, fingerprint = sink._backend.fingerprint(tx, sname)
-        after.update(rows=rows, fingerprint=fingerprint)
-        # 3.
-        if row.target_existed:
-            if not sink._backend.exists(tx, target):
-                raise SqlSinkError(
-                    f"target {target} was dropped since the run started; nothing to swap"
-                )
-            sink._backend.lock_share(tx, target)
-            check_unmoved(sink, tx, target, row.base_rows, row.base_fingerprint, "staging was copied from it")
-            check_same_shape(sink, tx, target, sname)
-            if sink._backend.exists(tx, prev):
-                raise SqlSinkError(f"{prev} exists already; drop it or run `rewind cleanup`")
-            # 4.
-            ddl = [
-                sink._backend.rename_sql(target, prev.name),
-                sink._backend.rename_sql(sname, target.name),
-            ]
-            ddl += sink._backend.index_swap_sql(tx, target, sname, run_tag(row.run_id))
-            locks = [target, sname]
-        else:
-            if sink._backend.exists(tx, target):
-                raise SqlSinkError(
-                    f"{target} was created by someone else after run {row.run_id} started; "
-                    "promotion would replace it: drop it, or start a new run (staging will copy it)"
-                )
-            ddl = [sink._backend.rename_sql(sname, target.name)]
-            ddl += sink._backend.key_index_sql(tx, target, sname.name, target.name)
-            locks = [sname]
-        # 5. recorded first: the same transaction, and the locks are then held for the DDL alone
-        tx.conn.execute(
-            update(book.stagings)
-            .where(book.stagings.c.staging == sname.name)
-            .values(state="promoted", promoted_fingerprint=fingerprint, updated_at=datetime.now(UTC))
-        )
-        asked, granted = sink._backend.lock_exclusive(tx, *locks)  # readers wait from here to the commit
-        sink._backend.run_all(tx, ddl)
-        swap = Swap(sink.target, "promote", before, after, False)
-        faults.point("postgres-promote-before-commit")
-    faults.point("postgres-promote-after-commit")
-    after.update(lock_times(asked, granted))
-    return swap
+    before: dict[str, Any]
+    after: dict[str, Any]
+    ddl: list[str]
+    locks: list[TableName]
+    record: dict[str, Any]
+    """The new values of the staging's row in ``rewind_stagings``."""
+
+
+def promote_once(sink: SqlSink, staging: SqlStaging) -> Swap:
+    return _swap(sink, staging, "promote", _promotion)
 
 
 def rollback_once(sink: SqlSink, staging: SqlStaging) -> Swap:
+    return _swap(sink, staging, "rollback", _rollback)
+
+
+def _swap(
+    sink: SqlSink,
+    staging: SqlStaging,
+    action: Literal["promote", "rollback"],
+    plan: Callable[[SqlSink, Tx, Any, TableName, TableName, TableName], _Renames | Swap],
+) -> Swap:
+    """The one skeleton of a promotion and a rollback, in one transaction:
+
+    1. lock the staging's row in ``rewind_stagings`` (``FOR UPDATE``: one swap at a time);
+    2. ``plan`` checks the tables and returns the renames, or the Swap of one already done;
+    3. record the new state first (the same transaction; the locks are then held for the DDL
+       alone), take the ``ACCESS EXCLUSIVE`` locks (readers wait from here to the commit),
+       run the renames; fault point ``postgres-<action>-before-commit``; commit;
+       ``-after-commit``.
+    """
     from sqlalchemy import select, update
 
     target, sname, prev = (
@@ -121,57 +80,103 @@ def rollback_once(sink: SqlSink, staging: SqlStaging) -> Swap:
             select(book.stagings).where(book.stagings.c.staging == sname.name).with_for_update()
         ).first()
         if row is None:
-            raise SqlSinkError(
-                f"staging {sname} is not recorded in {STAGINGS_TABLE}; nothing to roll back"
-            )
-        before = {"table": str(target), "fingerprint": row.promoted_fingerprint}
-        after: dict[str, Any] = {
-            "table": str(target),
-            "from": str(prev) if row.target_existed else None,
-            "staging": str(sname),
-        }
-        if row.state == "staged":
-            return Swap(sink.target, "rollback", before, after, True)
-        if row.state == "final":
-            raise SqlSinkError(
-                f"the previous {target} ({prev}) was dropped by `rewind cleanup`; nothing to go back to"
-            )
-        if row.state != "promoted":
-            raise SqlSinkError(f"staging {sname} is {row.state}; nothing to roll back")
-        if not sink._backend.exists(tx, target):
-            raise SqlSinkError(f"target {target} does not exist; nothing to roll back")
-        sink._backend.lock_share(tx, target)
-        rows, fingerprint = sink._backend.fingerprint(tx, target)
-        if fingerprint != row.promoted_fingerprint:
-            raise TargetMoved(
-                f"{target} changed after run {row.run_id} was promoted ({rows} rows now); "
-                "a rollback would drop those writes: stop the writers; repair by hand or promote anew"
-            )
-        if row.target_existed:
-            if not sink._backend.exists(tx, prev):
-                raise SqlSinkError(f"previous table {prev} is gone; nothing to roll back to")
-            ddl = [
-                sink._backend.rename_sql(target, sname.name),
-                sink._backend.rename_sql(prev, target.name),
-            ]
-            ddl += sink._backend.index_swap_sql(tx, target, prev, run_tag(row.run_id))
-            locks = [target, prev]
-        else:
-            ddl = [sink._backend.rename_sql(target, sname.name)]
-            ddl += sink._backend.key_index_sql(tx, target, target.name, sname.name)
-            locks = [target]
+            what = "promote" if action == "promote" else "roll back"
+            raise SqlSinkError(f"staging {sname} is not recorded in {STAGINGS_TABLE}; nothing to {what}")
+        planned = plan(sink, tx, row, target, sname, prev)
+        if isinstance(planned, Swap):
+            return planned
         tx.conn.execute(
             update(book.stagings)
             .where(book.stagings.c.staging == sname.name)
-            .values(state="staged", updated_at=datetime.now(UTC))
+            .values(**planned.record, updated_at=datetime.now(UTC))
         )
-        asked, granted = sink._backend.lock_exclusive(tx, *locks)  # readers wait from here to the commit
-        sink._backend.run_all(tx, ddl)
-        swap = Swap(sink.target, "rollback", before, after, False)
-        faults.point("postgres-rollback-before-commit")
-    faults.point("postgres-rollback-after-commit")
-    after.update(lock_times(asked, granted))
+        asked, granted = sink._backend.lock_exclusive(tx, *planned.locks)
+        sink._backend.run_all(tx, planned.ddl)
+        swap = Swap(sink.target, action, planned.before, planned.after, False)
+        faults.point(f"postgres-{action}-before-commit")
+    faults.point(f"postgres-{action}-after-commit")
+    planned.after.update(lock_times(asked, granted))
     return swap
+
+
+def _promotion(
+    sink: SqlSink, tx: Tx, row: Any, target: TableName, sname: TableName, prev: TableName
+) -> _Renames | Swap:
+    """Steps 2-4 of :meth:`SqlSink.promote <rewind.sinks.sql.sink.SqlSink.promote>`."""
+    before = {"table": str(target), "rows": row.base_rows, "fingerprint": row.base_fingerprint}
+    after: dict[str, Any] = {
+        "table": str(target),
+        "from": str(sname),
+        "previous": str(prev) if row.target_existed else None,
+    }
+    if row.state in ("promoted", "final"):
+        return Swap(sink.target, "promote", before, {**after, "fingerprint": row.promoted_fingerprint}, True)
+    if row.state != "staged" or not sink._backend.exists(tx, sname):
+        raise SqlSinkError(f"staging {sname} is {row.state}, not there to promote; start a new run")
+    # 2. staging's rows hashed: a rollback can tell whether the promoted table moved
+    rows, fingerprint = sink._backend.fingerprint(tx, sname)
+    after.update(rows=rows, fingerprint=fingerprint)
+    record = {"state": "promoted", "promoted_fingerprint": fingerprint}
+    # 3. an existing target must still hold the rows staging copied, in staging's shape
+    if row.target_existed:
+        if not sink._backend.exists(tx, target):
+            raise SqlSinkError(f"target {target} was dropped since the run started; nothing to swap")
+        sink._backend.lock_share(tx, target)
+        check_unmoved(sink, tx, target, row.base_rows, row.base_fingerprint, "staging was copied from it")
+        check_same_shape(sink, tx, target, sname)
+        if sink._backend.exists(tx, prev):
+            raise SqlSinkError(f"{prev} exists already; drop it or run `rewind cleanup`")
+        # 4. target → previous, staging → target, index names swapped
+        ddl = [sink._backend.rename_sql(target, prev.name), sink._backend.rename_sql(sname, target.name)]
+        ddl += sink._backend.index_swap_sql(tx, target, sname, run_tag(row.run_id))
+        return _Renames(before, after, ddl, [target, sname], record)
+    if sink._backend.exists(tx, target):
+        raise SqlSinkError(
+            f"{target} was created by someone else after run {row.run_id} started; "
+            "promotion would replace it: drop it, or start a new run (staging will copy it)"
+        )
+    ddl = [sink._backend.rename_sql(sname, target.name)]
+    ddl += sink._backend.key_index_sql(tx, target, sname.name, target.name)
+    return _Renames(before, after, ddl, [sname], record)
+
+
+def _rollback(
+    sink: SqlSink, tx: Tx, row: Any, target: TableName, sname: TableName, prev: TableName
+) -> _Renames | Swap:
+    """The reverse renames, refused when the promoted table changed since the promotion."""
+    before = {"table": str(target), "fingerprint": row.promoted_fingerprint}
+    after: dict[str, Any] = {
+        "table": str(target),
+        "from": str(prev) if row.target_existed else None,
+        "staging": str(sname),
+    }
+    if row.state == "staged":
+        return Swap(sink.target, "rollback", before, after, True)
+    if row.state == "final":
+        raise SqlSinkError(
+            f"the previous {target} ({prev}) was dropped by `rewind cleanup`; nothing to go back to"
+        )
+    if row.state != "promoted":
+        raise SqlSinkError(f"staging {sname} is {row.state}; nothing to roll back")
+    if not sink._backend.exists(tx, target):
+        raise SqlSinkError(f"target {target} does not exist; nothing to roll back")
+    sink._backend.lock_share(tx, target)
+    rows, fingerprint = sink._backend.fingerprint(tx, target)
+    if fingerprint != row.promoted_fingerprint:
+        raise TargetMoved(
+            f"{target} changed after run {row.run_id} was promoted ({rows} rows now); "
+            "a rollback would drop those writes: stop the writers; repair by hand or promote anew"
+        )
+    record = {"state": "staged"}
+    if row.target_existed:
+        if not sink._backend.exists(tx, prev):
+            raise SqlSinkError(f"previous table {prev} is gone; nothing to roll back to")
+        ddl = [sink._backend.rename_sql(target, sname.name), sink._backend.rename_sql(prev, target.name)]
+        ddl += sink._backend.index_swap_sql(tx, target, prev, run_tag(row.run_id))
+        return _Renames(before, after, ddl, [target, prev], record)
+    ddl = [sink._backend.rename_sql(target, sname.name)]
+    ddl += sink._backend.key_index_sql(tx, target, target.name, sname.name)
+    return _Renames(before, after, ddl, [target], record)
 
 
 def check_unmoved(
