@@ -8,6 +8,7 @@ rest from Kafka only, every record exactly once, with lineage pointing at the tr
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +20,18 @@ from rewind.job.plan import PlanRefused
 from rewind.job.service import plan_job, run_job
 from rewind.sinks.iceberg import IcebergStaging
 from rewind.spec import parse_spec
+from tests import job_fixtures as jf
 from tests.kafka_util import create_topic, produce
 
 N = 1200
 
 
 def _spec(topic: str, table: str, archive: str, declared: int, allow_gaps: bool = False) -> Any:
-    return parse_spec(
-        {
+    return parse_spec(_spec_data(topic, table, archive, declared, allow_gaps))
+
+
+def _spec_data(topic: str, table: str, archive: str, declared: int, allow_gaps: bool = False) -> dict[str, Any]:
+    return {
             "name": "history-job",
             "source": {
                 "history": {
@@ -41,8 +46,7 @@ def _spec(topic: str, table: str, archive: str, declared: int, allow_gaps: bool 
             "key": ["order_id"],
             "sink": {"iceberg": {"table": table}},
             "run": {"work_unit_records": 250},
-        }
-    )
+    }
 
 
 def test_a_job_across_the_seam_reads_every_record_once(
@@ -113,9 +117,19 @@ def test_offsets_never_archived_and_gone_from_kafka_refuse_the_plan(
     plan = plan_job(settings, _spec(topic_name, "an.gappy", archive, declared=80))
     coverage = next(g for g in plan.gates if g.name == "coverage")
     assert not coverage.ok
-    assert "[50, 80)" in coverage.detail or "50" in coverage.detail, coverage.detail
+    assert f"{topic_name}/0 [50, 80)" in coverage.detail and f"{topic_name}/1 [50, 80)" in coverage.detail, (
+        coverage.detail
+    )
     with pytest.raises(PlanRefused, match="coverage"):
         run_job(settings, _spec(topic_name, "an.gappy", archive, declared=80))
+    # `rewind plan` says the same in one line (it crashed with KeyError: 'partitions')
+    spec_path = jf.write_spec(tmp_path / "gappy.yaml", _spec_data(topic_name, "an.gappy", archive, declared=80))
+    shown = subprocess.run([jf.REWIND_BIN, "plan", str(spec_path)], cwd=tmp_path, env=jf.child_env(settings),
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 1, shown.stderr
+    assert "Traceback" not in shown.stderr, shown.stderr
+    refusal = [line for line in shown.stderr.splitlines() if "refused by gate coverage" in line]
+    assert len(refusal) == 1 and "[50, 80)" in refusal[0], shown.stderr
     # allowed: the plan runs and records the lost ranges
     allowed = plan_job(settings, _spec(topic_name, "an.gappy", archive, declared=80, allow_gaps=True))
     assert allowed.ok

@@ -36,7 +36,8 @@ def plan(spec: Annotated[Path, typer.Argument(help="Job spec (YAML).")], json_ou
 def _plan_summary(job_plan: Any) -> dict[str, Any]:
     by_partition: dict[str, dict[str, Any]] = {}
     history = job_plan.read_plan.get("history")
-    for p in (history or job_plan.read_plan)["partitions"]:
+    # a plan refused before its ranges were known (e.g. lost offsets) has no partitions
+    for p in (history or job_plan.read_plan).get("partitions", []):
         if history is not None:  # a history source: archive below the seam, Kafka above
             by_partition[f"{p['topic']}/{p['partition']}"] = {
                 "start": p["start"], "end": p["end"], "low": p["low"], "high": p["high"],
