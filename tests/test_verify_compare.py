@@ -490,6 +490,29 @@ def test_postgres_reference(spark: Any, pg_url: str, tmp_path: Path) -> None:
     ]
 
 
+def test_postgres_query_reference(spark: Any, pg_url: str, tmp_path: Path) -> None:
+    """A ``query:`` reference reads what the query selects (it was a syntax error: two aliases)."""
+    import psycopg
+
+    from rewind.verify.sources import reference_side
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS q_truth (order_id bigint PRIMARY KEY, status text)")
+        conn.execute("INSERT INTO q_truth SELECT i, CASE WHEN i % 3 = 0 THEN 'open' ELSE 'paid' END "
+                     "FROM generate_series(0, 299) i ON CONFLICT DO NOTHING")
+    query = "SELECT order_id, upper(status) AS status FROM q_truth WHERE order_id >= 100"
+    side = reference_side(
+        spark,
+        Reference(postgres=PostgresReference(url=pg_url, query=query)),
+        staging_df=frame(spark, [], SCHEMA),
+        catalog=None,
+        folder=tmp_path,
+    )
+    rows = {r.order_id: r.status for r in side.df.collect()}
+    assert sorted(rows) == list(range(100, 300))
+    assert rows[102] == "OPEN" and rows[101] == "PAID"
+
+
 def test_sql_recomputation_reference(
     spark: Any, catalog: Any, tables: dict[str, str], tmp_path: Path
 ) -> None:

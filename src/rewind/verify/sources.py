@@ -153,7 +153,8 @@ def read_postgres(
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    source = f"({query}) AS rewind_reference" if query else _table_sql(table or "")
+    # one alias for both a table and a query: the query needs it, and a second one is a syntax error
+    source = f"({query}) AS rewind_reference" if query else f"{_table_sql(table or '')} AS rewind_reference"
     shown = mask_url(url)
     try:
         conn = psycopg.connect(url, connect_timeout=10, autocommit=False)
@@ -180,7 +181,7 @@ def read_postgres(
                 select = ", ".join(expr for _, expr, _, _ in columns)
                 with (
                     csv_path.open("wb") as out,
-                    cur.copy(f"COPY (SELECT {select} FROM {source} q) TO STDOUT (FORMAT csv)") as copy,
+                    cur.copy(f"COPY (SELECT {select} FROM {source}) TO STDOUT (FORMAT csv)") as copy,
                 ):
                     for chunk in copy:
                         out.write(chunk)
