@@ -316,6 +316,30 @@ def test_avro_explicit_reader_schema_and_missing_schemas(tmp_path: Path, schema_
         )
 
 
+def test_avro_schema_errors_name_fields_the_spec_has(tmp_path: Path) -> None:
+    """Every spec field an Avro schema error points to exists in ``decode:`` (it said translate.avro.*)."""
+    import re
+
+    from rewind.spec.transform import Decode
+
+    batch = kafka_batch([confluent(2, V2, {"order_id": 2, "amount": 1.0, "currency": "USD", "coupon": None})])
+    (tmp_path / "empty").mkdir()
+    messages = []
+    for source in (
+        LocalSchemaSource(tmp_path / "nowhere"),
+        LocalSchemaSource(tmp_path / "empty"),
+        LocalSchemaSource(tmp_path / "empty", tmp_path / "missing.avsc"),
+    ):
+        with pytest.raises(SchemaSourceError) as caught:
+            AvroDecoder(source).decode(batch)
+        messages.append(str(caught.value))
+    named = [m for text in messages for m in re.findall(r"\b(\w+)\.(\w+)\b(?!\.avsc)", text)
+             if m[0] in {"decode", "translate"}]
+    assert len(named) == 3, messages
+    for section, field in named:
+        assert section == "decode" and field in Decode.model_fields, (section, field, messages)
+
+
 def test_avro_empty_events_has_the_reader_fields_typed(schema_dir: Path) -> None:
     empty = AvroDecoder(LocalSchemaSource(schema_dir)).empty_events()
     assert list(empty.columns) == ["order_id", "amount", "currency", "coupon", *INPUT_COLUMNS]

@@ -65,7 +65,7 @@ class LocalSchemaSource(SchemaSource):
     def _check_folder(self) -> None:
         if not self.folder.is_dir():
             raise SchemaSourceError(
-                f"Avro schema folder {self.folder} does not exist; check translate.avro.schema_dir"
+                f"Avro schema folder {self.folder} does not exist; check decode.schema_dir"
             )
 
     def writer_schema(self, schema_id: int) -> Any | None:
@@ -82,11 +82,11 @@ class LocalSchemaSource(SchemaSource):
             path = self.folder / "latest.avsc"
             if not path.is_file():
                 raise SchemaSourceError(
-                    f"no reader schema: put latest.avsc in {self.folder} or set translate.avro.reader_schema"
+                    f"no reader schema: put latest.avsc in {self.folder} or set decode.reader_schema"
                 )
         elif not path.is_file():
             raise SchemaSourceError(
-                f"Avro reader schema {path} does not exist; check translate.avro.reader_schema"
+                f"Avro reader schema {path} does not exist; check decode.reader_schema"
             )
         return _load_avsc(path)
 
@@ -168,8 +168,8 @@ class RegistrySchemaSource(SchemaSource):
     def reader_schema(self) -> Any:
         if self.subject is None:
             raise SchemaSourceError(
-                "no reader schema: set translate.avro.subject (its latest version is the reader schema) "
-                "or translate.avro.reader_schema"
+                "no reader schema: set decode.subject (its latest version is the reader schema) "
+                "or decode.reader_schema"
             )
         subject = self.subject
         version = self.reader_version
@@ -180,7 +180,7 @@ class RegistrySchemaSource(SchemaSource):
             registered = self._call(lambda: self._client().get_version(subject, version), what)
         if registered is None:
             raise SchemaSourceError(
-                f"schema registry at {self.url}: subject {subject} not found; check translate.avro.subject"
+                f"schema registry at {self.url}: subject {subject} not found; check decode.subject"
             )
         return json.loads(registered.schema.schema_str)
 
