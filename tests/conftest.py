@@ -1,8 +1,10 @@
-"""Shared fixtures: a real broker, a real Spark session, real PostgreSQL, a real catalog.
+"""Shared fixtures: real brokers, a real Spark session, real PostgreSQL, a real catalog.
 
-Broker: the embedded tansu, started once per test session on a free port, or any broker
-named by ``REWIND_TEST_BOOTSTRAP`` (a real Apache Kafka, Redpanda...). Tests that depend
-on what a broker gets wrong ask :func:`broker_is_embedded` rather than assume.
+Brokers (see tests/brokers.py): ``broker`` runs a test once per real broker (tansu,
+noida-db, and the one named by ``REWIND_TEST_BOOTSTRAP`` when set); a test needing what a
+broker lacks calls ``broker.require(capability)`` and is skipped there, with the capability
+named. ``bootstrap`` is the one broker of the tests that are about something else (a job,
+a sink, the CLI): the embedded tansu, or ``REWIND_TEST_BOOTSTRAP``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,17 @@ from pathlib import Path
 import pytest
 
 from rewind.config import Settings, load_settings
+from tests.brokers import (
+    EXTERNAL,
+    NOIDA,
+    NOIDA_GAPS,
+    TANSU,
+    TANSU_GAPS,
+    NoidaProcess,
+    TestBroker,
+    broker_names,
+    external_gaps,
+)
 
 EXTERNAL_BOOTSTRAP = os.environ.get("REWIND_TEST_BOOTSTRAP")
 PG_DSN = os.environ.get("REWIND_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
@@ -38,20 +51,51 @@ def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def bootstrap(session_dir: Path) -> Iterator[str]:
-    """Bootstrap servers of the test broker (embedded tansu unless REWIND_TEST_BOOTSTRAP)."""
-    if EXTERNAL_BOOTSTRAP:
-        yield EXTERNAL_BOOTSTRAP
-        return
+def tansu_broker(session_dir: Path) -> Iterator[TestBroker]:
+    """The embedded tansu, started once per test process."""
     from rewind.embedded.broker import BrokerProcess
 
     broker = BrokerProcess("127.0.0.1", free_port(), session_dir / "broker.pid",
                            session_dir / "broker.log")
     broker.start(timeout_s=30)
     try:
-        yield broker.address
+        yield TestBroker(TANSU, broker.address, TANSU_GAPS)
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def noida_broker(session_dir: Path) -> Iterator[TestBroker]:
+    """noida-db on a free loopback port, started once per test process, stopped by pid."""
+    proc = NoidaProcess("127.0.0.1", free_port(), session_dir)
+    proc.start(timeout_s=30)
+    try:
+        yield TestBroker(NOIDA, proc.address, NOIDA_GAPS)
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def external_broker() -> TestBroker:
+    assert EXTERNAL_BOOTSTRAP, "only parametrized when REWIND_TEST_BOOTSTRAP is set"
+    return TestBroker(EXTERNAL, EXTERNAL_BOOTSTRAP, external_gaps())
+
+
+_BROKER_FIXTURES = {TANSU: "tansu_broker", NOIDA: "noida_broker", EXTERNAL: "external_broker"}
+
+
+@pytest.fixture(scope="module", params=broker_names())
+def broker(request: pytest.FixtureRequest) -> TestBroker:
+    """Each real broker in turn (module scope: a module's topics are made once per broker)."""
+    return request.getfixturevalue(_BROKER_FIXTURES[request.param])  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    """Bootstrap servers of the one broker of non-Kafka tests (tansu unless REWIND_TEST_BOOTSTRAP)."""
+    if EXTERNAL_BOOTSTRAP:
+        return EXTERNAL_BOOTSTRAP
+    return request.getfixturevalue("tansu_broker").bootstrap  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +116,23 @@ def settings(session_dir: Path, bootstrap: str) -> Settings:
 @pytest.fixture(scope="session")
 def kafka_conf(settings: Settings) -> dict[str, object]:
     return settings.kafka_config()
+
+
+@pytest.fixture(scope="module")
+def broker_settings(settings: Settings, broker: TestBroker) -> Settings:
+    """``settings`` pointing at ``broker`` instead of the default one."""
+    kafka = settings.kafka.model_copy(update={"bootstrap_servers": broker.bootstrap})
+    return settings.model_copy(update={"kafka": kafka})
+
+
+@pytest.fixture(scope="module")
+def broker_bootstrap(broker: TestBroker) -> str:
+    return broker.bootstrap
+
+
+@pytest.fixture(scope="module")
+def broker_conf(broker_settings: Settings) -> dict[str, object]:
+    return broker_settings.kafka_config()
 
 
 @pytest.fixture

@@ -8,10 +8,18 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+# The tests' records carry fixed 2025 timestamps: a broker that applies retention (noida-db,
+# Apache Kafka) would expire them at once under the default 7 days. Tests about retention
+# pass their own configs.
+KEEP_FOREVER = {"retention.ms": "-1"}
 
-def create_topic(conf: dict[str, Any], topic: str, partitions: int) -> None:
+
+def create_topic(
+    conf: dict[str, Any], topic: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
     admin = AdminClient(dict(conf))
-    for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+    new = NewTopic(topic, partitions, 1, config=dict(KEEP_FOREVER if configs is None else configs))
+    for fut in admin.create_topics([new]).values():
         fut.result(timeout=15)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:

@@ -30,7 +30,9 @@ def _spec(topic: str, table: str, archive: str, declared: int, allow_gaps: bool 
     return parse_spec(_spec_data(topic, table, archive, declared, allow_gaps))
 
 
-def _spec_data(topic: str, table: str, archive: str, declared: int, allow_gaps: bool = False) -> dict[str, Any]:
+def _spec_data(
+    topic: str, table: str, archive: str, declared: int, allow_gaps: bool = False
+) -> dict[str, Any]:
     return {
             "name": "history-job",
             "source": {
@@ -123,7 +125,8 @@ def test_offsets_never_archived_and_gone_from_kafka_refuse_the_plan(
     with pytest.raises(PlanRefused, match="coverage"):
         run_job(settings, _spec(topic_name, "an.gappy", archive, declared=80))
     # `rewind plan` says the same in one line (it crashed with KeyError: 'partitions')
-    spec_path = jf.write_spec(tmp_path / "gappy.yaml", _spec_data(topic_name, "an.gappy", archive, declared=80))
+    data = _spec_data(topic_name, "an.gappy", archive, declared=80)
+    spec_path = jf.write_spec(tmp_path / "gappy.yaml", data)
     shown = subprocess.run([jf.REWIND_BIN, "plan", str(spec_path)], cwd=tmp_path, env=jf.child_env(settings),
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 1, shown.stderr

@@ -1,7 +1,8 @@
 """The ``rewind-kafka`` batch reader against a real broker and real Spark.
 
 Exactness first: every test compares what Spark returns with what was produced, record
-by record. Runs against the embedded broker, or any broker named by REWIND_TEST_BOOTSTRAP.
+by record. Runs on every test broker (tests/brokers.py): tansu, noida-db, and the one named
+by REWIND_TEST_BOOTSTRAP; a test needing what a broker lacks is skipped there, naming it.
 """
 
 from __future__ import annotations
@@ -15,44 +16,43 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rewind.kafka.capabilities import probe_capabilities
 from rewind.kafka.resolve import resolve
 from rewind.kafka.spark_options import parse_spark_options
-from tests.conftest import broker_is_embedded
+from tests.brokers import READ_COMMITTED, TIME_INDEX, TestBroker
 from tests.kafka_util import committed, create_topic, produce
 
 BASE_TS = 1_760_000_000_000
 
 
-def read(spark: Any, bootstrap: str, **options: str) -> list[Any]:
-    reader = spark.read.format("rewind-kafka").option("kafka.bootstrap.servers", bootstrap)
+def read(spark: Any, broker_bootstrap: str, **options: str) -> list[Any]:
+    reader = spark.read.format("rewind-kafka").option("kafka.bootstrap.servers", broker_bootstrap)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load().collect()
 
 
 @pytest.fixture(scope="module")
-def loaded_topic(kafka_conf: dict[str, Any]) -> tuple[str, dict[int, int]]:
+def loaded_topic(broker_conf: dict[str, Any]) -> tuple[str, dict[int, int]]:
     """A topic with 4 partitions holding 0, 7, 150 and 1000 records; value = 'p:o'."""
     topic = f"reader-{uuid.uuid4().hex[:8]}"
     counts = {0: 0, 1: 7, 2: 150, 3: 1000}
-    create_topic(kafka_conf, topic, len(counts))
+    create_topic(broker_conf, topic, len(counts))
     records = [
         (p, f"k{o % 13}".encode(), f"{p}:{o}".encode(), BASE_TS + o * 1000)
         for p, n in counts.items()
         for o in range(n)
     ]
-    produce(kafka_conf, topic, records)
+    produce(broker_conf, topic, records)
     return topic, counts
 
 
 def test_schema_matches_spark_kafka_source(
-    spark: Any, bootstrap: str, loaded_topic: tuple[str, dict[int, int]]
+    spark: Any, broker_bootstrap: str, loaded_topic: tuple[str, dict[int, int]]
 ) -> None:
     topic, _ = loaded_topic
     df = (
         spark.read.format("rewind-kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.bootstrap.servers", broker_bootstrap)
         .option("subscribe", topic)
         .option("includeHeaders", "true")
         .load()
@@ -63,9 +63,11 @@ def test_schema_matches_spark_kafka_source(
     )
 
 
-def test_whole_topic_exact(spark: Any, bootstrap: str, loaded_topic: tuple[str, dict[int, int]]) -> None:
+def test_whole_topic_exact(
+    spark: Any, broker_bootstrap: str, loaded_topic: tuple[str, dict[int, int]]
+) -> None:
     topic, counts = loaded_topic
-    rows = read(spark, bootstrap, subscribe=topic)
+    rows = read(spark, broker_bootstrap, subscribe=topic)
     assert len(rows) == sum(counts.values())
     seen = {(r.partition, r.offset) for r in rows}
     assert seen == {(p, o) for p, n in counts.items() for o in range(n)}
@@ -82,7 +84,7 @@ def test_whole_topic_exact(spark: Any, bootstrap: str, loaded_topic: tuple[str, 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_offset_windows_read_exactly_the_planned_ranges(
-    spark: Any, bootstrap: str, loaded_topic: tuple[str, dict[int, int]], data: st.DataObject
+    spark: Any, broker_bootstrap: str, loaded_topic: tuple[str, dict[int, int]], data: st.DataObject
 ) -> None:
     topic, counts = loaded_topic
     starts = {str(p): data.draw(st.integers(-2, n + 3), label=f"start{p}") for p, n in counts.items()}
@@ -98,7 +100,7 @@ def test_offset_windows_read_exactly_the_planned_ranges(
     }
     if max_records:
         options["maxRecordsPerPartition"] = str(max_records)
-    rows = read(spark, bootstrap, **options)
+    rows = read(spark, broker_bootstrap, **options)
     expected = set()
     for p, n in counts.items():
         lo = 0 if starts[str(p)] == -2 else (n if starts[str(p)] == -1 else min(starts[str(p)], n))
@@ -114,12 +116,12 @@ def test_offset_windows_read_exactly_the_planned_ranges(
 
 
 def test_chunking_and_min_partitions(
-    spark: Any, bootstrap: str, loaded_topic: tuple[str, dict[int, int]]
+    spark: Any, broker_bootstrap: str, loaded_topic: tuple[str, dict[int, int]]
 ) -> None:
     topic, counts = loaded_topic
     df = (
         spark.read.format("rewind-kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.bootstrap.servers", broker_bootstrap)
         .option("subscribe", topic)
         .option("maxRecordsPerPartition", "100")
         .option("rangesPerTask", "1")
@@ -130,7 +132,7 @@ def test_chunking_and_min_partitions(
     assert df.count() == sum(counts.values())
     df = (
         spark.read.format("rewind-kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.bootstrap.servers", broker_bootstrap)
         .option("subscribe", topic)
         .option("minPartitions", "20")
         .load()
@@ -141,88 +143,91 @@ def test_chunking_and_min_partitions(
     )
 
 
-def test_headers_round_trip(spark: Any, bootstrap: str, kafka_conf: dict[str, Any], topic_name: str) -> None:
+def test_headers_round_trip(
+    spark: Any, broker_bootstrap: str, broker_conf: dict[str, Any], topic_name: str
+) -> None:
     from confluent_kafka import Producer
 
-    create_topic(kafka_conf, topic_name, 1)
-    producer = Producer(dict(kafka_conf))
+    create_topic(broker_conf, topic_name, 1)
+    producer = Producer(dict(broker_conf))
     producer.produce(topic_name, value=b"a", partition=0, headers=[("h1", b"x"), ("h2", None)])
     producer.produce(topic_name, value=b"b", partition=0)
     assert producer.flush(10) == 0
-    rows = read(spark, bootstrap, subscribe=topic_name, includeHeaders="true")
+    rows = read(spark, broker_bootstrap, subscribe=topic_name, includeHeaders="true")
     by_value = {r.value: r for r in rows}
     assert [(h.key, h.value) for h in by_value[b"a"].headers] == [("h1", b"x"), ("h2", None)]
     assert by_value[b"b"].headers is None  # as Spark's source: null when a record has none
 
 
 def test_time_window_matches_a_correct_lookup(
-    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], loaded_topic: tuple[str, dict[int, int]]
+    spark: Any,
+    broker: TestBroker,
+    broker_bootstrap: str,
+    broker_conf: dict[str, Any],
+    loaded_topic: tuple[str, dict[int, int]],
 ) -> None:
     topic, counts = loaded_topic
     t1, t2 = BASE_TS + 5_500, BASE_TS + 120_000  # offsets 6..119 of every partition
-    rows = read(spark, bootstrap, subscribe=topic, startingTimestamp=str(t1), endingTimestamp=str(t2))
+    rows = read(spark, broker_bootstrap, subscribe=topic, startingTimestamp=str(t1), endingTimestamp=str(t2))
     expected = {(p, o) for p, n in counts.items() for o in range(n) if t1 <= BASE_TS + o * 1000 < t2}
     assert {(r.partition, r.offset) for r in rows} == expected
     plan = resolve(
-        kafka_conf,
+        broker_conf,
         parse_spark_options({"subscribe": topic, "startingTimestamp": str(t1), "endingTimestamp": str(t2)}),
     )
     methods = {p.start_method for p in plan.partitions if p.high > p.low}
-    if broker_is_embedded():  # its time index answers 0 for everything: the search must step in
+    if broker.has(TIME_INDEX):  # the broker's own index answered, and the check agreed
+        assert methods == {"list-offsets"}
+    else:  # tansu answers 0 for every timestamp: the check refuses it and the search steps in
         assert methods == {"search"}
-    else:
-        assert methods <= {"list-offsets", "search"}
 
 
 def test_start_below_declared_log_start_is_reported_and_not_read(
-    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], loaded_topic: tuple[str, dict[int, int]]
+    spark: Any, broker_bootstrap: str, broker_conf: dict[str, Any], loaded_topic: tuple[str, dict[int, int]]
 ) -> None:
     topic, counts = loaded_topic
     request = parse_spark_options({"subscribe": topic, "startingOffsets": "earliest"})
-    plan = resolve(kafka_conf, request, declared_log_start={(topic, 3): 400})
+    plan = resolve(broker_conf, request, declared_log_start={(topic, 3): 400})
     p3 = next(p for p in plan.partitions if p.partition == 3)
     assert (p3.start, p3.end) == (400, counts[3])
     assert p3.missing_below_low is not None
     assert (p3.missing_below_low.start, p3.missing_below_low.end) == (0, 400)
-    rows = read(spark, bootstrap, subscribe=topic, plan=plan.to_json())
+    rows = read(spark, broker_bootstrap, subscribe=topic, plan=plan.to_json())
     offsets3 = sorted(r.offset for r in rows if r.partition == 3)
     assert offsets3 == list(range(400, counts[3]))
     assert len(rows) == sum(counts.values()) - 400
 
 
 def test_partition_ending_on_a_transaction_marker(
-    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], topic_name: str
+    spark: Any, broker_bootstrap: str, broker_conf: dict[str, Any], topic_name: str
 ) -> None:
     from confluent_kafka import Producer
 
-    create_topic(kafka_conf, topic_name, 1)
-    producer = Producer({**kafka_conf, "transactional.id": f"tx-{topic_name}"})
+    create_topic(broker_conf, topic_name, 1)
+    producer = Producer({**broker_conf, "transactional.id": f"tx-{topic_name}"})
     producer.init_transactions(10)
     for batch in range(3):
         producer.begin_transaction()
         for i in range(5):
             producer.produce(topic_name, value=f"c{batch}-{i}".encode(), partition=0)
         producer.commit_transaction(10)
-    rows = read(spark, bootstrap, subscribe=topic_name)
+    rows = read(spark, broker_bootstrap, subscribe=topic_name)
     assert sorted(r.value for r in rows) == sorted(f"c{b}-{i}".encode() for b in range(3) for i in range(5))
     offsets = sorted(r.offset for r in rows)
-    plan = resolve(kafka_conf, parse_spark_options({"subscribe": topic_name}))
+    plan = resolve(broker_conf, parse_spark_options({"subscribe": topic_name}))
     # markers occupy offsets: the log ends past the last record, and the read still ends
     assert plan.partitions[0].high > offsets[-1]
 
 
-def test_aborted_transactions_hidden_or_gap_detected(
-    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], topic_name: str
+def test_aborted_transactions_are_hidden(
+    spark: Any, broker: TestBroker, broker_bootstrap: str, broker_conf: dict[str, Any], topic_name: str
 ) -> None:
-    """read_committed hides aborted records; a broker that cannot is caught by doctor."""
-    if broker_is_embedded():
-        caps = {c.name: c for c in probe_capabilities(kafka_conf, join_timeout_s=0.5)}
-        assert caps["read_committed"].status == "wrong-answer"
-        return
+    """The reader reads committed records only (tansu shows aborted ones: doctor reports it)."""
+    broker.require(READ_COMMITTED)
     from confluent_kafka import Producer
 
-    create_topic(kafka_conf, topic_name, 1)
-    producer = Producer({**kafka_conf, "transactional.id": f"tx-{topic_name}"})
+    create_topic(broker_conf, topic_name, 1)
+    producer = Producer({**broker_conf, "transactional.id": f"tx-{topic_name}"})
     producer.init_transactions(10)
     for batch, commit in enumerate([True, False, True, False]):
         producer.begin_transaction()
@@ -232,31 +237,39 @@ def test_aborted_transactions_hidden_or_gap_detected(
             producer.commit_transaction(10)
         else:
             producer.abort_transaction(10)
-    rows = read(spark, bootstrap, subscribe=topic_name)
+    rows = read(spark, broker_bootstrap, subscribe=topic_name)
     assert sorted(r.value for r in rows) == sorted(f"{b}-{i}".encode() for b in (0, 2) for i in range(4))
 
 
 def test_reads_never_touch_a_live_groups_offsets(
-    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], loaded_topic: tuple[str, dict[int, int]]
+    spark: Any, broker_bootstrap: str, broker_conf: dict[str, Any], loaded_topic: tuple[str, dict[int, int]]
 ) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     topic, counts = loaded_topic
     group = f"live-{uuid.uuid4().hex[:8]}"
-    live = Consumer({**kafka_conf, "group.id": group, "enable.auto.commit": False})
+    live = Consumer({**broker_conf, "group.id": group, "enable.auto.commit": False})
     live.commit(offsets=[TopicPartition(topic, p, n // 2) for p, n in counts.items()], asynchronous=False)
     live.close()
-    before = committed(kafka_conf, group, [(topic, p) for p in counts])
-    read(spark, bootstrap, subscribe=topic)
-    read(spark, bootstrap, subscribe=topic, startingTimestamp=str(BASE_TS + 3000))
-    assert committed(kafka_conf, group, [(topic, p) for p in counts]) == before
+    before = committed(broker_conf, group, [(topic, p) for p in counts])
+    read(spark, broker_bootstrap, subscribe=topic)
+    read(spark, broker_bootstrap, subscribe=topic, startingTimestamp=str(BASE_TS + 3000))
+    assert committed(broker_conf, group, [(topic, p) for p in counts]) == before
+
+
+def test_a_topic_with_nothing_to_read_gives_no_rows(
+    spark: Any, broker_bootstrap: str, broker_conf: dict[str, Any], topic_name: str
+) -> None:
+    """No range to read: Spark runs one placeholder task with no partition (it used to crash)."""
+    create_topic(broker_conf, topic_name, 2)
+    assert read(spark, broker_bootstrap, subscribe=topic_name) == []
 
 
 def test_bad_option_is_one_clear_error(
-    spark: Any, bootstrap: str, loaded_topic: tuple[str, dict[int, int]]
+    spark: Any, broker_bootstrap: str, loaded_topic: tuple[str, dict[int, int]]
 ) -> None:
     topic, _ = loaded_topic
     with pytest.raises(Exception, match="startingOffsets"):
-        read(spark, bootstrap, subscribe=topic, startingOffsets="{not json")
+        read(spark, broker_bootstrap, subscribe=topic, startingOffsets="{not json")
     with pytest.raises(Exception, match=r"kafka\.bootstrap\.servers"):
         spark.read.format("rewind-kafka").option("subscribe", topic).load().collect()

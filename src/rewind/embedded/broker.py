@@ -77,7 +77,10 @@ def metadata_answers(bootstrap: str, timeout: float = 2.0) -> bool:
 
 @dataclass
 class BrokerProcess:
-    """A tansu process with a pid file and a log file under the state folder."""
+    """A broker process with a pid file and a log file under the state folder.
+
+    Tansu unless a subclass's :meth:`command` names another broker (the tests do).
+    """
 
     host: str
     port: int
@@ -95,20 +98,24 @@ class BrokerProcess:
             return None
         return pid if pid_alive(pid) else None
 
+    def command(self) -> list[str]:
+        """The broker's command line (the tests start another Kafka-protocol broker this way)."""
+        url = f"tcp://{self.address}"
+        return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"]
+
     def start(self, timeout_s: float) -> int:
-        """Start tansu detached from this process and wait until it answers metadata."""
+        """Start the broker detached from this process and wait until it answers metadata."""
         if port_open(self.host, self.port):
             raise StackError(
                 f"port {self.address} is already in use by another program; "
                 "stop it or choose another with dev.broker_port (REWIND_DEV_BROKER_PORT)"
             )
-        binary = tansu_binary()
-        url = f"tcp://{self.address}"
+        argv = self.command()
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
-                [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
+                argv,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # survives the CLI and is not hit by its Ctrl-C
             )

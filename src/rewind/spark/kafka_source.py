@@ -132,7 +132,9 @@ class KafkaBatchReader(DataSourceReader):
         tasks = group_for_tasks(chunks, self.ranges_per_task, self.min_partitions)
         return [RangesPartition(t) for t in tasks]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        if partition is None:  # Spark's one placeholder task when the plan has nothing to read
+            return
         ranges = getattr(partition, "ranges", None) or [OffsetRange.from_dict(d) for d in partition.value]
         yield from fetch_ranges(
             self.conf,
