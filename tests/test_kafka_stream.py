@@ -3,8 +3,9 @@
 What is proven here: a query reads every record once across runs from one checkpoint; a
 crash in the middle of a batch and a stop between batches resume without loss or repeat;
 ``maxOffsetsPerTrigger`` bounds every batch and shares it by backlog; the starting options
-are honoured; batch-only options are refused. Runs against the embedded broker, or any
-broker named by REWIND_TEST_BOOTSTRAP.
+are honoured; batch-only options are refused; a batch never ends past the last stable
+offset (an open transaction holds a read_committed stream back, without waiting). Every
+test that talks to a broker runs on each test broker (tests/brokers.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,6 +28,8 @@ from rewind.spark.kafka_stream import (
     StreamPositionError,
     _admit,
 )
+from tests.brokers import READ_COMMITTED, TestBroker
+from tests.kafka_util import create_topic
 
 BASE_TS = 1_760_000_000_000
 TRIGGER = "100 milliseconds"
@@ -38,16 +40,8 @@ TRIGGER = "100 milliseconds"
 
 def new_topic(conf: dict[str, Any], partitions: int) -> str:
     topic = f"stream-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient(dict(conf))
-    for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        fut.result(timeout=15)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        md = admin.list_topics(topic=topic, timeout=5)
-        if topic in md.topics and len(md.topics[topic].partitions) == partitions:
-            return topic
-        time.sleep(0.05)
-    raise AssertionError(f"topic {topic} not visible in metadata")
+    create_topic(conf, topic, partitions)
+    return topic
 
 
 def produce(conf: dict[str, Any], topic: str, counts: dict[int, range]) -> None:
@@ -211,10 +205,12 @@ def test_batch_only_option_is_a_clear_query_error(spark: Any, bootstrap: str, tm
 # -- the reader's planning, driven directly (no Spark) --------------------------------------------
 
 
-def test_reader_planning_against_the_broker(kafka_conf: dict[str, Any], bootstrap: str) -> None:
-    topic = new_topic(kafka_conf, 11)
-    produce(kafka_conf, topic, {0: range(5), 1: range(12)})
-    opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "rangesPerTask": "2"}
+def test_reader_planning_against_the_broker(
+    broker_conf: dict[str, Any], broker_bootstrap: str
+) -> None:
+    topic = new_topic(broker_conf, 11)
+    produce(broker_conf, topic, {0: range(5), 1: range(12)})
+    opts = {"kafka.bootstrap.servers": broker_bootstrap, "subscribe": topic, "rangesPerTask": "2"}
     reader = KafkaStreamReader(opts)
     # a new query: latestOffset before initialOffset, both from the same resolution
     latest = reader.latestOffset()
@@ -242,11 +238,13 @@ def test_reader_planning_against_the_broker(kafka_conf: dict[str, Any], bootstra
         KafkaStreamReader(opts).partitions({topic: {"0": 5, "1": 12}}, {topic: {"0": 5, "1": 4}})
 
 
-def test_log_shorter_than_the_position_is_data_loss(kafka_conf: dict[str, Any], bootstrap: str) -> None:
+def test_log_shorter_than_the_position_is_data_loss(
+    broker_conf: dict[str, Any], broker_bootstrap: str
+) -> None:
     """A checkpoint ahead of the log (the topic was recreated): never a silent skip."""
-    topic = new_topic(kafka_conf, 1)
-    produce(kafka_conf, topic, {0: range(5)})
-    opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
+    topic = new_topic(broker_conf, 1)
+    produce(broker_conf, topic, {0: range(5)})
+    opts = {"kafka.bootstrap.servers": broker_bootstrap, "subscribe": topic}
     checkpointed = {topic: {"0": 100}}
     strict = KafkaStreamReader(opts)
     strict.partitions(checkpointed, checkpointed)  # what Spark calls first on a restart
@@ -258,7 +256,7 @@ def test_log_shorter_than_the_position_is_data_loss(kafka_conf: dict[str, Any], 
     end = lenient.latestOffset()
     assert end == {topic: {"0": 5}}
     assert lenient.partitions(checkpointed, end) == []  # the lost stretch is reported, not read
-    produce(kafka_conf, topic, {0: range(5, 8)})
+    produce(broker_conf, topic, {0: range(5, 8)})
     assert lenient.latestOffset() == {topic: {"0": 8}}
 
 
@@ -266,17 +264,17 @@ def test_log_shorter_than_the_position_is_data_loss(kafka_conf: dict[str, Any], 
 
 
 def test_runs_from_one_checkpoint_read_every_record_once(
-    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], tmp_path: Path
+    spark: Any, broker_bootstrap: str, broker_conf: dict[str, Any], tmp_path: Path
 ) -> None:
     """Parquet sink (exactly-once through its log), two availableNow runs, more data between."""
-    topic = new_topic(kafka_conf, 3)
+    topic = new_topic(broker_conf, 3)
     first = {0: range(60), 1: range(25), 2: range(0)}
-    produce(kafka_conf, topic, first)
+    produce(broker_conf, topic, first)
     out, checkpoint = tmp_path / "out", tmp_path / "ck"
 
     def run() -> None:
         query = (
-            stream(spark, bootstrap, topic)
+            stream(spark, broker_bootstrap, topic)
             .select("partition", "offset", "value")
             .writeStream.format("parquet")
             .option("path", str(out))
@@ -292,7 +290,7 @@ def test_runs_from_one_checkpoint_read_every_record_once(
     assert sorted((r.partition, r.offset, bytes(r.value)) for r in rows) == sorted(expected(first))
 
     second = {0: range(60, 70), 1: range(25, 65), 2: range(0, 30)}
-    produce(kafka_conf, topic, second)
+    produce(broker_conf, topic, second)
     run()
     rows = spark.read.parquet(str(out)).collect()
     got = [(r.partition, r.offset, bytes(r.value)) for r in rows]
@@ -302,19 +300,19 @@ def test_runs_from_one_checkpoint_read_every_record_once(
 
 
 def test_crash_and_stop_resume_exactly_once_with_a_batch_limit(
-    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], tmp_path: Path
+    spark: Any, broker_bootstrap: str, broker_conf: dict[str, Any], tmp_path: Path
 ) -> None:
     """maxOffsetsPerTrigger=40 over backlogs 30 and 90; a crash inside batch 1, a stop right
     after its replay, then more data: every record once, every batch within the limit and
     shared by backlog, and each batch starting where the previous one ended (Spark's offset
     log). A restart that planned from the starting offsets instead of the checkpoint would
     re-read (the reader refuses) or skip; both would fail here."""
-    topic = new_topic(kafka_conf, 2)
+    topic = new_topic(broker_conf, 2)
     first = {0: range(30), 1: range(90)}
-    produce(kafka_conf, topic, first)
+    produce(broker_conf, topic, first)
     checkpoint = tmp_path / "ck"
     sink = Batches(fail_on=1)
-    df = stream(spark, bootstrap, topic, maxOffsetsPerTrigger="40")
+    df = stream(spark, broker_bootstrap, topic, maxOffsetsPerTrigger="40")
 
     def start() -> Any:
         return (
@@ -342,7 +340,7 @@ def test_crash_and_stop_resume_exactly_once_with_a_batch_limit(
 
     # run 3: more data while stopped; the restart continues from the checkpoint
     second = {0: range(30, 40), 1: range(90, 100)}
-    produce(kafka_conf, topic, second)
+    produce(broker_conf, topic, second)
     query = start()
     query.processAllAvailable()
     query.stop()
@@ -373,13 +371,13 @@ def test_crash_and_stop_resume_exactly_once_with_a_batch_limit(
 
 
 def test_available_now_with_a_limit_reads_one_batch_per_run(
-    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], tmp_path: Path
+    spark: Any, broker_bootstrap: str, broker_conf: dict[str, Any], tmp_path: Path
 ) -> None:
     """PySpark 4.1 asks a Python source for its latest offset once per availableNow run."""
-    topic = new_topic(kafka_conf, 1)
-    produce(kafka_conf, topic, {0: range(15)})
+    topic = new_topic(broker_conf, 1)
+    produce(broker_conf, topic, {0: range(15)})
     sink = Batches()
-    df = stream(spark, bootstrap, topic, maxOffsetsPerTrigger="10")
+    df = stream(spark, broker_bootstrap, topic, maxOffsetsPerTrigger="10")
     for _ in range(2):
         run_available_now(df, tmp_path / "ck", sink)
     assert [len(sink.rows[b]) for b in sorted(sink.rows)] == [10, 5]
@@ -387,14 +385,14 @@ def test_available_now_with_a_limit_reads_one_batch_per_run(
 
 
 def test_starting_offsets_and_timestamp(
-    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], tmp_path: Path
+    spark: Any, broker_bootstrap: str, broker_conf: dict[str, Any], tmp_path: Path
 ) -> None:
-    topic = new_topic(kafka_conf, 2)
-    produce(kafka_conf, topic, {0: range(50), 1: range(50)})
+    topic = new_topic(broker_conf, 2)
+    produce(broker_conf, topic, {0: range(50), 1: range(50)})
 
     by_offsets = Batches()
     run_available_now(
-        stream(spark, bootstrap, topic, startingOffsets=json.dumps({topic: {"0": 10, "1": -2}})),
+        stream(spark, broker_bootstrap, topic, startingOffsets=json.dumps({topic: {"0": 10, "1": -2}})),
         tmp_path / "ck1",
         by_offsets,
     )
@@ -402,14 +400,16 @@ def test_starting_offsets_and_timestamp(
 
     by_time = Batches()
     run_available_now(
-        stream(spark, bootstrap, topic, startingTimestamp=str(BASE_TS + 30_000)), tmp_path / "ck2", by_time
+        stream(spark, broker_bootstrap, topic, startingTimestamp=str(BASE_TS + 30_000)),
+        tmp_path / "ck2",
+        by_time,
     )
     assert set(by_time.union()) == expected({0: range(30, 50), 1: range(30, 50)})
 
     # latest: what exists at the start is not read, what comes after is
     from_latest = Batches()
     query = (
-        stream(spark, bootstrap, topic, startingOffsets="latest")
+        stream(spark, broker_bootstrap, topic, startingOffsets="latest")
         .writeStream.foreachBatch(from_latest)
         .option("checkpointLocation", str(tmp_path / "ck3"))
         .trigger(processingTime=TRIGGER)
@@ -418,8 +418,38 @@ def test_starting_offsets_and_timestamp(
     try:
         query.processAllAvailable()
         assert from_latest.union() == []
-        produce(kafka_conf, topic, {0: range(50, 53), 1: range(50, 52)})
+        produce(broker_conf, topic, {0: range(50, 53), 1: range(50, 52)})
         query.processAllAvailable()
     finally:
         query.stop()
     assert sorted(from_latest.union()) == sorted(expected({0: range(50, 53), 1: range(50, 52)}))
+
+
+def test_an_open_transaction_ends_the_batch_at_the_last_stable_offset(
+    spark: Any, broker: TestBroker, broker_bootstrap: str, broker_conf: dict[str, Any], tmp_path: Path
+) -> None:
+    """Ten committed records, then five in a transaction left open: a batch reads the ten and
+    ends at offset 10 at once (a batch ending at the high watermark, 15, would wait for records
+    read_committed cannot see and fail after the poll timeout). Once the transaction commits,
+    the next run reads the five and ends past the commit marker."""
+    broker.require(READ_COMMITTED)
+    topic = new_topic(broker_conf, 1)
+    produce(broker_conf, topic, {0: range(10)})
+    producer = Producer({**broker_conf, "transactional.id": f"open-{topic}"})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    for o in range(10, 15):
+        producer.produce(topic, key=f"k{o}".encode(), value=f"0:{o}".encode(), partition=0)
+    producer.flush(15)
+
+    checkpoint, sink = tmp_path / "ck", Batches()
+    df = stream(spark, broker_bootstrap, topic, **{"kafkaConsumer.pollTimeoutMs": "5000"})
+    run_available_now(df, checkpoint, sink)
+    assert set(sink.union()) == expected({0: range(10)})
+    assert offset_log(checkpoint)[max(offset_log(checkpoint))] == {topic: {"0": 10}}
+
+    producer.commit_transaction(15)
+    run_available_now(df, checkpoint, sink)
+    got = sink.union()
+    assert len(got) == len(set(got)) and set(got) == expected({0: range(15)})
+    assert offset_log(checkpoint)[max(offset_log(checkpoint))][topic]["0"] == 16  # the marker is 15

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.ranges import OffsetRange
@@ -143,7 +143,10 @@ def _check_named(spec: BoundSpec, partitions: list[TP]) -> None:
 
 
 def _list_offsets(
-    conf: dict[str, Any], specs: dict[str, dict[TP, int]], timeout_s: float
+    conf: dict[str, Any],
+    specs: dict[str, dict[TP, int]],
+    timeout_s: float,
+    isolation: str = "read_uncommitted",
 ) -> dict[str, dict[TP, int]]:
     """ListOffsets for several specs, one batched request per spec.
 
@@ -151,11 +154,13 @@ def _list_offsets(
     milliseconds. It goes through a consumer's ``offsets_for_times``, which sends the
     timestamps as given, rather than ``AdminClient.list_offsets``: that call crashed the
     whole process (a segfault inside confluent-kafka 2.16.1) under memory pressure here.
+    ``isolation`` is the request's isolation level: ``read_committed`` makes ``latest`` the
+    last stable offset.
     """
     from confluent_kafka import KafkaException, TopicPartition
 
     out: dict[str, dict[TP, int]] = {name: {} for name in specs}
-    consumer = clients.private_consumer(conf, "list-offsets", {"isolation.level": "read_uncommitted"})
+    consumer = clients.private_consumer(conf, "list-offsets", {"isolation.level": isolation})
     try:
         for name, wanted in specs.items():
             if not wanted:
@@ -176,6 +181,19 @@ def _list_offsets(
     finally:
         consumer.close()
     return out
+
+
+def last_stable_offsets(
+    conf: dict[str, Any], partitions: Iterable[TP], timeout_s: float = 10.0
+) -> dict[TP, int]:
+    """The last stable offset of each partition: where a read_committed reader must stop now.
+
+    Below it every transaction is decided; at and above it an open transaction holds
+    read_committed readers back. A broker without transactions' visibility (tansu) answers
+    its ``latest`` here as well, so callers compare with the read_uncommitted answer.
+    """
+    wanted = dict.fromkeys(partitions, LATEST)
+    return _list_offsets(conf, {"stable": wanted}, timeout_s, "read_committed")["stable"]
 
 
 def resolve(

@@ -90,12 +90,18 @@ class StreamRangesPartition(InputPartition):
 
 @dataclass(frozen=True)
 class _Log:
-    """One partition as the broker sees it now: first offset still in Kafka, high watermark."""
+    """One partition as the broker sees it now.
+
+    ``low`` is the first offset still in Kafka, ``high`` the high watermark and ``readable``
+    where this reader can read to now: the last stable offset for a read_committed reader
+    (an open transaction holds it back), else the high watermark.
+    """
 
     topic: str
     partition: int
     low: int
     high: int
+    readable: int
 
 
 class KafkaStreamReader(DataSourceStreamReader):
@@ -152,7 +158,33 @@ class KafkaStreamReader(DataSourceStreamReader):
                     f"startingOffsets names offset {gone.start} of {p.topic}/{p.partition}, but offsets "
                     f"[{gone.start}, {gone.end}) are no longer in Kafka; the stream starts at {p.start}"
                 )
-        return [(_Log(p.topic, p.partition, p.low, p.high), p.start) for p in plan.partitions]
+        readable = self._readable_ends(
+            {(p.topic, p.partition): (p.high, p.listed_high) for p in plan.partitions}
+        )
+        return [
+            (_Log(p.topic, p.partition, p.low, p.high, readable[p.topic, p.partition]), p.start)
+            for p in plan.partitions
+        ]
+
+    def _readable_ends(self, highs: dict[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], int]:
+        """Where each partition can be read to now: the last stable offset under read_committed.
+
+        A batch must never end past it: its tasks would wait for records a read_committed
+        consumer cannot see until the transaction ends. The stable offset is believed only when
+        ListOffsets says it is below its own ``latest``: a broker without transactions'
+        visibility (tansu, which also under-reports ``latest``) answers the same for both, and
+        there the fetched high watermark is the end.
+        """
+        ends = {tp: high for tp, (high, _listed) in highs.items()}
+        if str(self.conf.get("isolation.level", "read_committed")) != "read_committed" or not highs:
+            return ends
+        from rewind.kafka.resolve import last_stable_offsets
+
+        for tp, stable in last_stable_offsets(self.conf, highs).items():
+            high, listed = highs[tp]
+            if 0 <= stable < listed:
+                ends[tp] = min(high, stable)
+        return ends
 
     def initialOffset(self) -> Offsets:
         """Where a new query starts (``startingOffsets`` / ``startingTimestamp``...), resolved once."""
@@ -187,7 +219,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 )
                 at = part.high
             current[key] = at
-            highs[key] = part.high
+            highs[key] = max(part.readable, at)  # never back: a batch ends at or after its start
         if self.max_per_trigger is None:
             ends = highs
         else:
