@@ -1,10 +1,10 @@
 """The offset resolver against a real broker, its option parser, and its plan arithmetic.
 
-Broker tests run on the embedded tansu or on the broker named by ``REWIND_TEST_BOOTSTRAP``;
-expected answers are computed from what was produced (delivery reports give offsets and
-timestamps), never from the broker's own lookups. Where tansu's known gaps change *how* a
-bound is found (ListOffsets ``latest`` and by-timestamp answers), the tests ask
-``broker_is_embedded()`` before asserting the fallback.
+Broker tests run on each test broker (tests/brokers.py); expected answers are computed from
+what was produced (delivery reports give offsets and timestamps), never from the broker's own
+lookups. Where a broker's gaps change *how* a bound is found (tansu's ListOffsets ``latest``
+and by-timestamp answers), the tests assert the fallback there and the direct answer on a
+broker that has the capability. DeleteRecords moving the log start runs where it exists.
 """
 
 from __future__ import annotations
@@ -29,11 +29,9 @@ from rewind.kafka.probes import ProbeRead, ProbeRecord, time_job
 from rewind.kafka.read_plan import PartitionPlan, ReadPlan
 from rewind.kafka.resolve import resolve
 from rewind.kafka.spark_options import parse_spark_options
-
-try:  # tests/ may or may not be a package
-    from tests.conftest import broker_is_embedded
-except ImportError:
-    from conftest import broker_is_embedded  # type: ignore[no-redef]
+from tests.brokers import DELETE_RECORDS, TIME_INDEX, TestBroker
+from tests.brokers import LATEST as LATEST_CAPABILITY
+from tests.kafka_util import KEEP_FOREVER
 
 BASE = 1_700_000_000_000
 TIMEOUT = 15.0
@@ -46,7 +44,8 @@ def create_topic(conf: dict[str, Any], name: str, partitions: int) -> None:
     from confluent_kafka.admin import NewTopic
 
     admin = clients.admin(conf)
-    for fut in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=TIMEOUT).values():
+    new = NewTopic(name, partitions, 1, config=dict(KEEP_FOREVER))
+    for fut in admin.create_topics([new], operation_timeout=TIMEOUT).values():
         fut.result(timeout=TIMEOUT)
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
@@ -110,16 +109,16 @@ LAYOUT_PARTITIONS = (1, 2, 3, 5)
 
 
 @pytest.fixture(scope="module")
-def layouts(kafka_conf: dict[str, Any]) -> list[tuple[str, list[int]]]:
+def layouts(broker_conf: dict[str, Any]) -> list[tuple[str, list[int]]]:
     """Topics of 1 to 5 partitions holding random record counts, including empty partitions."""
     rng = random.Random(20240611)
     out = []
     for count in LAYOUT_PARTITIONS:
         topic = f"t-layout-{uuid.uuid4().hex[:8]}"
-        create_topic(kafka_conf, topic, count)
+        create_topic(broker_conf, topic, count)
         sizes = [rng.choice([0, 1, 2, 7, 33, 150, 400]) for _ in range(count)]
         sizes[rng.randrange(count)] = 0 if count > 1 else sizes[0]
-        produce(kafka_conf, topic, {p: [BASE + i for i in range(n)] for p, n in enumerate(sizes)})
+        produce(broker_conf, topic, {p: [BASE + i for i in range(n)] for p, n in enumerate(sizes)})
         out.append((topic, sizes))
     return out
 
@@ -141,7 +140,7 @@ def offset_windows(draw: st.DrawFn, n_layouts: int) -> tuple[int, list[tuple[int
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_offset_windows_resolve_to_clamped_ranges(
-    kafka_conf: dict[str, Any], layouts: list[tuple[str, list[int]]], data: st.DataObject
+    broker_conf: dict[str, Any], layouts: list[tuple[str, list[int]]], data: st.DataObject
 ) -> None:
     index, parts = data.draw(offset_windows(len(layouts)))
     topic, sizes = layouts[index]
@@ -155,7 +154,7 @@ def test_offset_windows_resolve_to_clamped_ranges(
             "endingOffsets": json.dumps({topic: ends}),
         }
     )
-    plan = resolve(kafka_conf, request, timeout_s=TIMEOUT, declared_log_start=declared)
+    plan = resolve(broker_conf, request, timeout_s=TIMEOUT, declared_log_start=declared)
 
     assert [(p.topic, p.partition) for p in plan.partitions] == [(topic, p) for p in range(len(sizes))]
     for p, (start, end, _d) in enumerate(parts):
@@ -180,16 +179,16 @@ def test_offset_windows_resolve_to_clamped_ranges(
 
 
 def test_latest_is_the_true_end_when_list_offsets_under_reports(
-    kafka_conf: dict[str, Any], topic_name: str
+    broker: TestBroker, broker_conf: dict[str, Any], topic_name: str
 ) -> None:
-    create_topic(kafka_conf, topic_name, 2)
-    produce(kafka_conf, topic_name, {0: [BASE + i for i in range(5000)], 1: [BASE]}, **{"linger.ms": 200})
-    plan = resolve(kafka_conf, WindowRequest(subscribe=(topic_name,)), timeout_s=TIMEOUT)
+    create_topic(broker_conf, topic_name, 2)
+    produce(broker_conf, topic_name, {0: [BASE + i for i in range(5000)], 1: [BASE]}, **{"linger.ms": 200})
+    plan = resolve(broker_conf, WindowRequest(subscribe=(topic_name,)), timeout_s=TIMEOUT)
     parts = by_partition(plan)
     assert parts[0].range == OffsetRange(topic_name, 0, 0, 5000)
     assert parts[1].range == OffsetRange(topic_name, 1, 0, 1)
     assert (parts[0].start_method, parts[0].end_method) == ("earliest", "latest")
-    if broker_is_embedded():  # tansu answers the base offset of the last batch + 1
+    if not broker.has(LATEST_CAPABILITY):  # tansu answers the base offset of the last batch + 1
         assert parts[0].listed_high < 5000
         assert (
             f"ListOffsets under-reported latest on {topic_name}/0: {parts[0].listed_high} < 5000"
@@ -212,10 +211,10 @@ TIMED = {
 
 
 @pytest.fixture(scope="module")
-def timed(kafka_conf: dict[str, Any]) -> tuple[str, dict[int, Produced]]:
+def timed(broker_conf: dict[str, Any]) -> tuple[str, dict[int, Produced]]:
     topic = f"t-timed-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka_conf, topic, len(TIMED))
-    return topic, produce(kafka_conf, topic, TIMED)
+    create_topic(broker_conf, topic, len(TIMED))
+    return topic, produce(broker_conf, topic, TIMED)
 
 
 WINDOWS = {
@@ -230,12 +229,15 @@ WINDOWS = {
 
 @pytest.mark.parametrize("window", WINDOWS.values(), ids=WINDOWS.keys())
 def test_time_windows_match_a_correct_lookup(
-    kafka_conf: dict[str, Any], timed: tuple[str, dict[int, Produced]], window: tuple[int, int]
+    broker: TestBroker,
+    broker_conf: dict[str, Any],
+    timed: tuple[str, dict[int, Produced]],
+    window: tuple[int, int],
 ) -> None:
     topic, produced = timed
     t1, t2 = window
     plan = resolve(
-        kafka_conf,
+        broker_conf,
         parse_spark_options({"subscribe": topic, "startingTimestamp": str(t1), "endingTimestamp": str(t2)}),
         timeout_s=TIMEOUT,
     )
@@ -245,23 +247,28 @@ def test_time_windows_match_a_correct_lookup(
             topic, part.partition, data.first_at_or_after(t1), data.first_at_or_after(t2)
         ), part.notes
         assert part.missing_below_low is None
-        if broker_is_embedded():  # tansu answers 0 for every timestamp: right only when 0 is right
+        if not broker.has(TIME_INDEX):  # tansu answers 0 for every timestamp: right only when 0 is
             for bound, method in ((part.start, part.start_method), (part.end, part.end_method)):
                 assert method == ("list-offsets" if bound == 0 or data.high == 0 else "search"), part.notes
             if part.start_method == "search":
                 assert any("binary search" in n for n in part.notes)
-    if broker_is_embedded() and t1 > BASE:
-        assert any("answered wrongly" in n for n in plan.notes)
+        else:  # the broker's time index answered, and the check by reading agreed
+            assert (part.start_method, part.end_method) == ("list-offsets", "list-offsets"), part.notes
+    wrong = any("answered wrongly" in n for n in plan.notes)
+    if broker.has(TIME_INDEX):
+        assert not wrong, plan.notes
+    elif t1 > BASE:
+        assert wrong, plan.notes
 
 
 def test_by_timestamp_json_per_partition(
-    kafka_conf: dict[str, Any], timed: tuple[str, dict[int, Produced]]
+    broker_conf: dict[str, Any], timed: tuple[str, dict[int, Produced]]
 ) -> None:
     topic, produced = timed
     starts = {"0": BASE + 30, "1": BASE, "2": BASE + 1505, "3": BASE + 1000}
     ends = {"0": BASE + 31, "1": BASE + 10, "2": BASE + 1506, "3": BASE + 1000}
     plan = resolve(
-        kafka_conf,
+        broker_conf,
         parse_spark_options(
             {
                 "subscribe": topic,
@@ -284,7 +291,7 @@ def test_by_timestamp_json_per_partition(
 
 
 def test_start_timestamp_after_the_log_with_strategy_error(
-    kafka_conf: dict[str, Any], timed: tuple[str, dict[int, Produced]]
+    broker_conf: dict[str, Any], timed: tuple[str, dict[int, Produced]]
 ) -> None:
     topic, _ = timed
     options = {
@@ -293,16 +300,16 @@ def test_start_timestamp_after_the_log_with_strategy_error(
         "startingOffsetsByTimestampStrategy": "error",
     }
     with pytest.raises(PlanError, match=rf"no record at or after startingTimestamp .* on {topic}/2"):
-        resolve(kafka_conf, parse_spark_options(options), timeout_s=TIMEOUT)
+        resolve(broker_conf, parse_spark_options(options), timeout_s=TIMEOUT)
 
 
-def test_out_of_order_timestamps_give_a_crossing_point(kafka_conf: dict[str, Any], topic_name: str) -> None:
+def test_out_of_order_timestamps_give_a_crossing_point(broker_conf: dict[str, Any], topic_name: str) -> None:
     """Documented limit: with timestamps going backwards the bound is *a* crossing of T."""
-    create_topic(kafka_conf, topic_name, 1)
+    create_topic(broker_conf, topic_name, 1)
     stamps = [BASE + s for s in (100, 300, 200, 400, 150, 500)]
-    produce(kafka_conf, topic_name, {0: stamps})
+    produce(broker_conf, topic_name, {0: stamps})
     plan = resolve(
-        kafka_conf,
+        broker_conf,
         parse_spark_options({"subscribe": topic_name, "startingTimestamp": str(BASE + 250)}),
         timeout_s=TIMEOUT,
     )
@@ -310,14 +317,56 @@ def test_out_of_order_timestamps_give_a_crossing_point(kafka_conf: dict[str, Any
     assert stamps[start] >= BASE + 250 and stamps[start - 1] < BASE + 250
 
 
+# -- the log start moved by DeleteRecords -------------------------------------------------------
+
+
+def test_delete_records_moves_the_log_start_and_the_gap_is_named(
+    broker: TestBroker, broker_conf: dict[str, Any], topic_name: str
+) -> None:
+    """After DeleteRecords up to 40, `earliest` starts at 40 and says [0, 40) left Kafka; an
+    explicit start offset below 40 names exactly the offsets that are gone; a time window
+    whose records were deleted starts at the new log start."""
+    broker.require(DELETE_RECORDS)
+    from confluent_kafka import TopicPartition
+
+    create_topic(broker_conf, topic_name, 2)
+    produced = produce(broker_conf, topic_name, {0: [BASE + 10 * i for i in range(100)], 1: [BASE]})
+    assert produced[0].high == 100
+    admin = clients.admin(broker_conf)  # kept: a collected client never resolves its futures
+    for fut in admin.delete_records([TopicPartition(topic_name, 0, 40)]).values():
+        assert fut.result(timeout=TIMEOUT).low_watermark == 40
+
+    plan = by_partition(resolve(broker_conf, WindowRequest(subscribe=(topic_name,)), timeout_s=TIMEOUT))
+    assert (plan[0].low, plan[0].range) == (40, OffsetRange(topic_name, 0, 40, 100))
+    assert plan[0].missing_below_low == OffsetRange(topic_name, 0, 0, 40)
+    assert (plan[1].low, plan[1].missing_below_low) == (0, None)
+
+    explicit = resolve(
+        broker_conf,
+        parse_spark_options({"assign": json.dumps({topic_name: [0]}),
+                             "startingOffsets": json.dumps({topic_name: {"0": 25}})}),
+        timeout_s=TIMEOUT,
+    )
+    assert explicit.partitions[0].range == OffsetRange(topic_name, 0, 40, 100)
+    assert explicit.partitions[0].missing_below_low == OffsetRange(topic_name, 0, 25, 40)
+
+    by_time = resolve(
+        broker_conf,
+        parse_spark_options({"assign": json.dumps({topic_name: [0]}),
+                             "startingTimestamp": str(BASE + 100), "endingTimestamp": str(BASE + 600)}),
+        timeout_s=TIMEOUT,
+    )
+    assert by_time.partitions[0].range == OffsetRange(topic_name, 0, 40, 60)
+
+
 # -- transactions: markers occupy offsets ---------------------------------------------------
 
 
 def test_transaction_markers_gaps_and_a_partition_ending_on_a_marker(
-    kafka_conf: dict[str, Any], topic_name: str
+    broker_conf: dict[str, Any], topic_name: str
 ) -> None:
-    create_topic(kafka_conf, topic_name, 2)
-    producer = clients.producer(kafka_conf, **{"transactional.id": f"tx-{topic_name}"})
+    create_topic(broker_conf, topic_name, 2)
+    producer = clients.producer(broker_conf, **{"transactional.id": f"tx-{topic_name}"})
     producer.init_transactions(TIMEOUT)
     delivered: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
 
@@ -334,7 +383,7 @@ def test_transaction_markers_gaps_and_a_partition_ending_on_a_marker(
                 topic_name, b"x", partition=0 if txn < 3 else 1, timestamp=ts, on_delivery=report
             )
         producer.commit_transaction(TIMEOUT)
-    plain = clients.producer(kafka_conf)  # partition 0 then ends on plain records
+    plain = clients.producer(broker_conf)  # partition 0 then ends on plain records
     for _ in range(3):
         ts += 10
         plain.produce(topic_name, b"y", partition=0, timestamp=ts, on_delivery=report)
@@ -349,13 +398,13 @@ def test_transaction_markers_gaps_and_a_partition_ending_on_a_marker(
         1: Produced(tuple(recs[1]), recs[1][-1][0] + 2),
     }  # ends on its commit marker
 
-    plan = resolve(kafka_conf, WindowRequest(subscribe=(topic_name,)), timeout_s=TIMEOUT)
+    plan = resolve(broker_conf, WindowRequest(subscribe=(topic_name,)), timeout_s=TIMEOUT)
     assert [p.high for p in plan.partitions] == [data[0].high, data[1].high]
 
     # bounds right after a marker, on a marker's neighbour, and after the trailing marker
     for t1, t2 in ((recs[0][5][1], recs[0][11][1]), (recs[0][4][1] + 1, ts + 1), (BASE, recs[1][2][1])):
         plan = resolve(
-            kafka_conf,
+            broker_conf,
             parse_spark_options(
                 {"subscribe": topic_name, "startingTimestamp": str(t1), "endingTimestamp": str(t2)}
             ),
@@ -372,23 +421,23 @@ def test_transaction_markers_gaps_and_a_partition_ending_on_a_marker(
 
 
 @pytest.fixture(scope="module")
-def small(kafka_conf: dict[str, Any]) -> tuple[str, dict[int, Produced]]:
+def small(broker_conf: dict[str, Any]) -> tuple[str, dict[int, Produced]]:
     """Partition 0: 50 records 10 ms apart; partition 1: 10 records; partition 2: empty."""
     topic = f"t-small-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka_conf, topic, 3)
+    create_topic(broker_conf, topic, 3)
     return topic, produce(
-        kafka_conf,
+        broker_conf,
         topic,
         {0: [BASE + 10 * i for i in range(50)], 1: [BASE + 10 * i for i in range(10)], 2: []},
     )
 
 
 def test_window_after_the_log_and_end_above_high(
-    kafka_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]
+    broker_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]
 ) -> None:
     topic, _ = small
     plan = resolve(
-        kafka_conf,
+        broker_conf,
         parse_spark_options(
             {
                 "subscribe": topic,
@@ -408,14 +457,14 @@ def test_window_after_the_log_and_end_above_high(
 
 
 def test_declared_log_start_acts_as_the_low_watermark(
-    kafka_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]
+    broker_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]
 ) -> None:
     topic, _ = small
     declared = {(topic, 0): 30}
 
     def plan_for(options: dict[str, str]) -> PartitionPlan:
         plan = resolve(
-            kafka_conf,
+            broker_conf,
             parse_spark_options({"assign": json.dumps({topic: [0]}), **options}),
             timeout_s=TIMEOUT,
             declared_log_start=declared,
@@ -461,17 +510,17 @@ def test_declared_log_start_acts_as_the_low_watermark(
     with pytest.raises(
         PlanError, match=rf"declared log start 99 of {topic}/0 is after its high watermark 50"
     ):
-        resolve(kafka_conf, WindowRequest(subscribe=(topic,)), declared_log_start={(topic, 0): 99})
+        resolve(broker_conf, WindowRequest(subscribe=(topic,)), declared_log_start={(topic, 0): 99})
     with pytest.raises(PlanError, match=rf"declared log start names {topic}/7, which does not exist"):
-        resolve(kafka_conf, WindowRequest(subscribe=(topic,)), declared_log_start={(topic, 7): 1})
+        resolve(broker_conf, WindowRequest(subscribe=(topic,)), declared_log_start={(topic, 7): 1})
 
 
 def test_mixed_bounds_that_cross_give_an_empty_range(
-    kafka_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]
+    broker_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]
 ) -> None:
     topic, _ = small
     plan = resolve(
-        kafka_conf,
+        broker_conf,
         parse_spark_options(
             {
                 "assign": json.dumps({topic: [0]}),
@@ -487,24 +536,24 @@ def test_mixed_bounds_that_cross_give_an_empty_range(
 
 
 def test_unknown_topics_and_partitions_are_errors_and_not_created(
-    kafka_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]
+    broker_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]
 ) -> None:
     topic, _ = small
     ghost = f"t-ghost-{uuid.uuid4().hex[:8]}"
     with pytest.raises(PlanError, match=f"topic '{ghost}' named in subscribe does not exist"):
-        resolve(kafka_conf, parse_spark_options({"subscribe": f"{topic},{ghost}"}), timeout_s=TIMEOUT)
-    assert not topic_exists(kafka_conf, ghost)  # tansu creates a topic that Metadata names
+        resolve(broker_conf, parse_spark_options({"subscribe": f"{topic},{ghost}"}), timeout_s=TIMEOUT)
+    assert not topic_exists(broker_conf, ghost)  # tansu creates a topic that Metadata names
     with pytest.raises(PlanError, match=rf"partition {topic}/3 named in assign does not exist"):
-        resolve(kafka_conf, parse_spark_options({"assign": json.dumps({topic: [0, 3]})}), timeout_s=TIMEOUT)
+        resolve(broker_conf, parse_spark_options({"assign": json.dumps({topic: [0, 3]})}), timeout_s=TIMEOUT)
     with pytest.raises(PlanError, match=rf"startingOffsets does not name {topic}/1, {topic}/2; "):
         resolve(
-            kafka_conf,
+            broker_conf,
             parse_spark_options({"subscribe": topic, "startingOffsets": json.dumps({topic: {"0": 0}})}),
             timeout_s=TIMEOUT,
         )
     with pytest.raises(PlanError, match=rf"endingOffsets names {topic}/5, which is not part"):
         resolve(
-            kafka_conf,
+            broker_conf,
             parse_spark_options(
                 {"assign": json.dumps({topic: [0]}), "endingOffsets": json.dumps({topic: {"0": 1, "5": 1}})}
             ),
@@ -512,16 +561,16 @@ def test_unknown_topics_and_partitions_are_errors_and_not_created(
         )
 
 
-def test_subscribe_pattern(kafka_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]) -> None:
+def test_subscribe_pattern(broker_conf: dict[str, Any], small: tuple[str, dict[int, Produced]]) -> None:
     topic, _ = small
     plan = resolve(
-        kafka_conf,
+        broker_conf,
         parse_spark_options({"subscribePattern": topic.replace("small", "sm.ll")}),
         timeout_s=TIMEOUT,
     )
     assert [(p.topic, p.partition) for p in plan.partitions] == [(topic, 0), (topic, 1), (topic, 2)]
     nothing = resolve(
-        kafka_conf, parse_spark_options({"subscribePattern": "no-such-topic-.*"}), timeout_s=TIMEOUT
+        broker_conf, parse_spark_options({"subscribePattern": "no-such-topic-.*"}), timeout_s=TIMEOUT
     )
     assert nothing.partitions == () and "matched 0 topics" in nothing.notes[0]
 
