@@ -11,7 +11,8 @@ Steps of a run, in order: the stages of :func:`rewind.job.stages.plan_stages`, w
 4. reconcile: units whose output the sink already holds are marked done in the ledger
    with the counts stored in the commit (a kill between commit and ledger update loses
    nothing and duplicates nothing);
-5. run the pending units in waves; per wave: Spark reads, processes and writes files;
+5. run the pending units in waves; per wave: offsets that left Kafka since the plan fail the
+   run with the lost ranges (:mod:`rewind.job.retention`); Spark reads, processes and writes files;
    the driver checks the conservation law per unit, commits the quarantine files, then the
    output files with the unit ids and counts in the same commit, then updates the ledger;
 6. read models only (``translate.fold``, or ``replace-window`` on an output column): fold
@@ -42,6 +43,7 @@ from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.job.finalize import finalize_run
+from rewind.job.retention import OffsetsLostError, check_still_in_kafka
 from rewind.job.stages import (
     Conclude,
     Finalize,
@@ -176,6 +178,11 @@ def execute(
                     wave = [units[uid] for uid in stage.unit_ids if uid in run.pending]
                     if not wave:  # the reconcile found all of it in the sink already
                         continue
+                    try:  # every unit still to run, so that one failure names all that is lost
+                        check_still_in_kafka(settings.kafka_config(), [units[u] for u in sorted(run.pending)])
+                    except OffsetsLostError as lost:
+                        ledger.audit(run_id, "offsets-lost", {"ranges": lost.to_dict()})
+                        raise
                     unit_sink, unit_staging = run.unit_target(sink)
                     qsink, qstaging = run.quarantine()
                     _run_wave(
@@ -183,6 +190,7 @@ def execute(
                         unit_sink, unit_staging, qsink, qstaging, run.done_q,
                     )
                     run.waves += 1
+                    run.pending -= {u.id for u in wave}
                     if after_commit is not None:
                         after_commit([u.id for u in wave])
                     console.run_progress(_progress(ledger, plan, run_id, started))

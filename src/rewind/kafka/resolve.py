@@ -183,6 +183,12 @@ def _list_offsets(
     return out
 
 
+def log_starts(conf: dict[str, Any], partitions: Iterable[TP], timeout_s: float = 10.0) -> dict[TP, int]:
+    """The first offset still in Kafka per partition now (ListOffsets earliest, one request)."""
+    wanted = dict.fromkeys(partitions, EARLIEST)
+    return _list_offsets(conf, {"earliest": wanted}, timeout_s)["earliest"]
+
+
 def last_stable_offsets(
     conf: dict[str, Any], partitions: Iterable[TP], timeout_s: float = 10.0
 ) -> dict[TP, int]:
