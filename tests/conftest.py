@@ -41,10 +41,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def broker_is_embedded() -> bool:
-    return EXTERNAL_BOOTSTRAP is None
-
-
 @pytest.fixture(scope="session")
 def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("rewind-session")

@@ -1,7 +1,9 @@
 """History across the seam between the archive and Kafka, against a real broker, Spark and Iceberg.
 
-The broker here cannot expire records, so retention is simulated with a *declared* log start
-per partition (``declared_log_start``), the documented setting production leaves unset.
+Most tests move the seam with a *declared* log start per partition (``declared_log_start``,
+the documented setting production leaves unset), so that hypothesis can choose seams freely
+on any broker. The last test moves the real log start with DeleteRecords (each broker that
+has it: noida-db) and checks that the seam follows it with nothing declared.
 
 To prove where each record came from, the archive of this module is rewritten once so that
 every archived value starts with ``A|`` (keeping coordinates, timestamps and the archive's
@@ -34,6 +36,7 @@ from rewind.history.iterate import iter_history
 from rewind.history.plan import plan_history
 from rewind.history.read import read_history, read_ranges_from_archive
 from rewind.history.schema import archive_state, open_archive
+from tests.brokers import DELETE_RECORDS, TestBroker
 from tests.kafka_util import create_topic
 
 BASE_TS = 1_760_000_000_000
@@ -301,3 +304,44 @@ def test_query_command_runs_sql_over_the_history_view(world: World, spark: Any, 
     assert data["columns"] == ["partition", "n", "archived"]
     assert data["rows"] == [[0, 140, 40], [1, 140, 60]]
     assert data["plan"]["archive_offsets"] == 100 and data["plan"]["lost"] == []
+
+
+def test_the_seam_follows_the_real_log_start(
+    broker: TestBroker, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Archive [0, 120) of two partitions, 30 more in Kafka only, then DeleteRecords moves
+    the log start to 100 and 45: with nothing declared, the plan reads below each log start
+    from the archive and from there on from Kafka, every record once; deleting past the
+    archive's high-water (to 135) makes [120, 135) a lost gap named exactly."""
+    broker.require(DELETE_RECORDS)
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    tmp = tmp_path_factory.mktemp("real-seam")
+    env = {"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(tmp)}
+    s = load_settings(env=env, cwd=tmp)
+    topic, table = f"rseam-{uuid.uuid4().hex[:8]}", f"lake.rseam_{uuid.uuid4().hex[:8]}"
+    create_topic(s.kafka_config(), topic, 2)
+    produce(s.kafka_config(), topic, 0, ARCHIVED)
+    archive_once(s, [topic], table, spark=spark)
+    mark_archive(s, table)
+    produce(s.kafka_config(), topic, ARCHIVED, TAIL)
+    admin = AdminClient(s.kafka_config())  # kept: a collected client never resolves its futures
+
+    def delete_below(starts: dict[int, int]) -> None:
+        request = [TopicPartition(topic, p, o) for p, o in starts.items()]
+        for fut in admin.delete_records(request).values():
+            fut.result(timeout=15)
+
+    seams = {0: 100, 1: 45}
+    delete_below(seams)
+    plan = plan_history(s, [topic], table)
+    assert plan.lost() == []
+    assert sorted((r.partition, r.start, r.end) for r in plan.archive_ranges()) == [(0, 0, 100), (1, 0, 45)]
+    chunks = iter_history(s, [topic], table)
+    rows = [(r["partition"], r["offset"], r["value"]) for t in chunks for r in t.to_pylist()]
+    check(rows, seams, "offsets", 0, ARCHIVED + TAIL)
+
+    delete_below({0: 135})
+    with pytest.raises(HistoryGapError, match=rf"{topic}/0 \[120, 135\)"):
+        plan_history(s, [topic], table)
