@@ -1,4 +1,4 @@
-"""The one producer wrapper every writer uses, against the test broker (or REWIND_TEST_BOOTSTRAP)."""
+"""The one producer wrapper every writer uses, against each test broker (tests/brokers.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from rewind.errors import RewindError
 from rewind.kafka.producer import ProducerFailed, TransactionalProducer
+from tests.brokers import READ_COMMITTED, TestBroker
 from tests.conftest import free_port
 from tests.kafka_util import create_topic
 
@@ -32,9 +33,9 @@ def read_all(conf: dict[str, Any], topic: str) -> list[bytes]:
         consumer.close()
 
 
-def test_a_transactional_write_is_read_back_once(kafka_conf: dict[str, Any], topic_name: str) -> None:
-    create_topic(kafka_conf, topic_name, 1)
-    txn = TransactionalProducer(dict(kafka_conf), transactional_id=f"t-{topic_name}", error=WriterError)
+def test_a_transactional_write_is_read_back_once(broker_conf: dict[str, Any], topic_name: str) -> None:
+    create_topic(broker_conf, topic_name, 1)
+    txn = TransactionalProducer(dict(broker_conf), transactional_id=f"t-{topic_name}", error=WriterError)
     assert txn.client is None  # nothing is built, nothing is asked of the network, before open()
     client = txn.open()
     try:
@@ -46,8 +47,32 @@ def test_a_transactional_write_is_read_back_once(kafka_conf: dict[str, Any], top
         assert not txn.in_transaction and txn.failed == 0
     finally:
         txn.close()
-    values = read_all(dict(kafka_conf), topic_name)
+    values = read_all(dict(broker_conf), topic_name)
     assert values == [f"v{i}".encode() for i in range(50)]
+
+
+def test_an_aborted_transaction_is_never_read_committed(
+    broker: TestBroker, broker_conf: dict[str, Any], topic_name: str
+) -> None:
+    """Records flushed to the log and then aborted: a read_committed reader sees only the
+    committed transaction after them."""
+    broker.require(READ_COMMITTED)
+    create_topic(broker_conf, topic_name, 1)
+    txn = TransactionalProducer(dict(broker_conf), transactional_id=f"t-{topic_name}", error=WriterError)
+    client = txn.open()
+    try:
+        for outcome in ("aborted", "committed"):
+            txn.begin()
+            for i in range(20):
+                client.produce(topic_name, f"{outcome}-{i}".encode(), partition=0)
+            txn.flush()  # in the log before the outcome
+            if outcome == "aborted":
+                txn.abort()
+            else:
+                txn.commit()
+    finally:
+        txn.close()
+    assert read_all(dict(broker_conf), topic_name) == [f"committed-{i}".encode() for i in range(20)]
 
 
 def test_records_that_cannot_be_delivered_raise_the_callers_error() -> None:
