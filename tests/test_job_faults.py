@@ -287,7 +287,7 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lease(world: World) -
     message = str(caught.value)
     assert "r-the-live-holder" in message and "another-host:4242" in message and target in message
     assert len(message.splitlines()) == 1
-    assert refused.target == target and refused.state == "failed"
+    assert refused.target == target and refused.state == "refused"  # not failed: nothing of it ran
     assert "r-the-live-holder" in (refused.error or "")
     catalog = load_catalog(world.settings)
     assert not [t for t in catalog.list_tables("faults") if t[1].startswith(table.split(".")[1])]
@@ -318,6 +318,12 @@ def test_a_crashed_holders_lease_expires_and_resume_takes_it_over(world: World) 
     assert shown["state"] == "running" and shown["error"] is None
 
     time.sleep(max(0.0, (lease.expires_at - _now()).total_seconds()) + 0.2)
+    # nobody runs it any more: shown as stale, naming the lease's end and its holder
+    shown = show_run(world.settings, run_id)
+    assert (shown["state"], shown["ledger_state"]) == ("stale", "running")
+    expired = lease.expires_at.isoformat(timespec="seconds")
+    assert f"lease expired at {expired}, held by pid 777 on crashed-host" in shown["state_detail"]
+    assert shown["lease"]["host"] == "crashed-host" and shown["lease"]["pid"] == "777"
     outcome = resume_job(world.settings, run_id)
     assert outcome.state == "succeeded"
     assert outcome.counts.records_read == RECORDS
@@ -333,6 +339,39 @@ def test_a_crashed_holders_lease_expires_and_resume_takes_it_over(world: World) 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def test_a_killed_runs_lease_shows_it_possibly_dead_and_resume_takes_over_at_once(world: World) -> None:
+    """A process on this host that died (kill -9) holding an unexpired lease: the run is shown
+    possibly-dead with that pid, and resume takes it over without waiting for the expiry."""
+    import socket
+    import subprocess
+
+    from rewind.job.components import make_sink
+    from rewind.job.runner import start_run
+    from rewind.job.service import list_runs, plan_job, resume_job, show_run
+
+    table = f"faults.killed_{uuid.uuid4().hex[:6]}"
+    spec = parse_spec({**world.spec(table), "run": {"work_unit_records": UNIT_RECORDS, "lease_ttl_s": 600}})
+    plan = plan_job(world.settings, spec)
+    target = make_sink(world.settings, spec).target
+    gone = subprocess.Popen(["sleep", "60"])
+    gone.kill()
+    gone.wait()
+    owner = f"{socket.gethostname()}:{gone.pid}"
+    with _ledger(world) as ledger:
+        run_id = start_run(ledger, plan, target)
+        ledger.set_state(run_id, "running")
+        ledger.acquire(target, run_id, 600, owner=owner)
+    shown = show_run(world.settings, run_id)
+    assert shown["state"] == "possibly-dead", shown["state_detail"]
+    assert f"pid {gone.pid} on {socket.gethostname()} is gone" in shown["state_detail"]
+    assert [r["state"] for r in list_runs(world.settings) if r["run_id"] == run_id] == ["possibly-dead"]
+
+    began = time.monotonic()
+    outcome = resume_job(world.settings, run_id)
+    assert outcome.state == "succeeded" and time.monotonic() - began < 300  # not the 600 s lease
+    assert show_run(world.settings, run_id)["state"] == "succeeded"
 
 
 def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> None:

@@ -5,7 +5,7 @@ Steps of a run, in order: the stages of :func:`rewind.job.stages.plan_stages`, w
 
 1. take the lease on the staging target, heartbeated for the whole run: a second run
    against the same target is refused, a crashed holder's lease expires; a refused run is
-   left as it was (another process may be running it), only a new run is marked failed;
+   left as it was (another process may be running it), only a new run is marked refused;
 2. record the run as ``running`` in the ledger (on resume, move it back to ``running``);
 3. prepare staging (an Iceberg branch or staging table) and the quarantine table;
 4. reconcile: units whose output the sink already holds are marked done in the ledger
@@ -206,7 +206,7 @@ def execute(
     except LeaseHeld as exc:
         # nothing ran; a new run fails, a run another process holds is not ours to change
         if ledger.get_run(run_id).state == "planned":
-            ledger.set_state(run_id, "failed", error=_one_line(exc))
+            ledger.set_state(run_id, "refused", error=_one_line(exc))
         raise
     except KeyboardInterrupt:
         ledger.set_state(run_id, "interrupted", error=INTERRUPTED)

@@ -12,6 +12,7 @@ from rewind import faults
 from rewind.core.console import QUIET, Console
 from rewind.errors import RewindError
 from rewind.job.plan import JobPlan, PlanRefused, build_plan
+from rewind.job.run_status import shown_state
 from rewind.job.runner import RunOutcome, execute, start_run
 from rewind.job.stages import Stage, default_wave_size, plan_stages
 
@@ -107,16 +108,26 @@ def run_stages(settings: Settings, plan: JobPlan) -> list[Stage]:
 
 
 def show_run(settings: Settings, run_id: str) -> dict[str, Any]:
+    """Everything about one run; ``state`` says ``stale`` / ``possibly-dead`` for a running run
+    whose lease says nobody runs it (:mod:`rewind.job.run_status`), ``ledger_state`` what the
+    ledger holds."""
     with _ledger(settings) as ledger:
         run = ledger.get_run(run_id)
         totals = ledger.unit_counts(run_id)
         units = ledger.units(run_id)
         history = ledger.audit_log(run_id)
+        lease = ledger.lease(run.target) if run.state == "running" else None
+        shown = shown_state(run.state, run.id, lease, ledger.clock())
+        cleaned = [e for e in history if e.action == "cleanup"]
+        reports = [e.details.get("report") for e in history if e.action == "verify" and e.details]
         return {
             "run_id": run.id,
             "name": run.name,
             "plan_id": run.plan_id,
-            "state": run.state,
+            "state": shown.state,
+            "state_detail": shown.detail,
+            "ledger_state": run.state,
+            "lease": shown.lease_facts(lease),
             "target": run.target,
             "user": run.user,
             "created_at": run.created_at.isoformat(),
@@ -124,6 +135,8 @@ def show_run(settings: Settings, run_id: str) -> dict[str, Any]:
             "finished_at": run.finished_at.isoformat() if run.finished_at else None,
             "error": run.error,
             "staging": run.staging,
+            "staging_state": "cleaned" if cleaned else ("present" if run.staging else "none"),
+            "report": reports[-1] if reports else None,  # the last verify's report files
             "records_read": totals.records_read,
             "emitted": totals.emitted,
             "rows_out": totals.rows_out,
@@ -154,18 +167,25 @@ def show_run(settings: Settings, run_id: str) -> dict[str, Any]:
 
 
 def list_runs(settings: Settings, limit: int = 20) -> list[dict[str, Any]]:
+    """The latest runs, each with its state as :func:`show_run` shows it."""
     with _ledger(settings) as ledger:
-        return [
-            {
-                "run_id": r.id,
-                "name": r.name,
-                "state": r.state,
-                "target": r.target,
-                "created_at": r.created_at.isoformat(),
-                "finished_at": r.finished_at.isoformat() if r.finished_at else None,
-            }
-            for r in ledger.list_runs(limit)
-        ]
+        now = ledger.clock()
+        out = []
+        for r in ledger.list_runs(limit):
+            lease = ledger.lease(r.target) if r.state == "running" else None
+            shown = shown_state(r.state, r.id, lease, now)
+            out.append(
+                {
+                    "run_id": r.id,
+                    "name": r.name,
+                    "state": shown.state,
+                    "state_detail": shown.detail,
+                    "target": r.target,
+                    "created_at": r.created_at.isoformat(),
+                    "finished_at": r.finished_at.isoformat() if r.finished_at else None,
+                }
+            )
+        return out
 
 
 class _ledger:

@@ -5,6 +5,7 @@ SQLite by default (one machine), PostgreSQL for a team (``ledger_url``). Start w
 :mod:`rewind.ledger.leases` for how leases stay race-free.
 """
 
+from rewind.ledger._common import owner_is_dead
 from rewind.ledger.db import SCHEMA_VERSION, connect, ensure_schema
 from rewind.ledger.exceptions import (
     IllegalTransition,
@@ -65,5 +66,6 @@ __all__ = [
     "connect",
     "ensure_schema",
     "new_run_id",
+    "owner_is_dead",
     "unit_id",
 ]

@@ -12,7 +12,9 @@ from typing import Any, Literal, Protocol, get_args
 
 from rewind.core.counts import RecordCounts, flatten_reasons
 
-RunState = Literal["planned", "running", "succeeded", "failed", "interrupted", "promoted", "rolled_back"]
+RunState = Literal[
+    "planned", "running", "succeeded", "failed", "interrupted", "refused", "promoted", "rolled_back"
+]
 UnitState = Literal["pending", "running", "done", "failed"]
 
 RUN_STATES: tuple[RunState, ...] = get_args(RunState)
@@ -21,17 +23,19 @@ UNIT_STATES: tuple[UnitState, ...] = get_args(UnitState)
 TRANSITIONS: Mapping[RunState, frozenset[RunState]] = {
     # running -> running is a resume of a run whose process died without saying so: the lease,
     # not the state, keeps two live processes off one run
-    "planned": frozenset({"running", "failed", "interrupted"}),
+    # refused: a new run whose target's lease another run held; nothing of it ran
+    "planned": frozenset({"running", "failed", "interrupted", "refused"}),
     "running": frozenset({"running", "succeeded", "failed", "interrupted"}),
     "failed": frozenset({"running"}),
     "interrupted": frozenset({"running"}),
+    "refused": frozenset({"running"}),
     "succeeded": frozenset({"promoted"}),
     "promoted": frozenset({"rolled_back"}),
     "rolled_back": frozenset({"promoted"}),
 }
 """Allowed moves of a run: ``TRANSITIONS[current]`` is the set of states it may go to."""
 
-FINISHED: frozenset[RunState] = frozenset({"succeeded", "failed", "interrupted"})
+FINISHED: frozenset[RunState] = frozenset({"succeeded", "failed", "interrupted", "refused"})
 """States that stamp ``finished_at`` when entered."""
 
 

@@ -30,6 +30,7 @@ from rewind.ledger._common import (
     clean_text,
     current_owner,
     current_user,
+    db_now,
     insert_audit,
     merge_counts,
     to_json_object,
@@ -491,6 +492,11 @@ class Ledger:
         """The lease row on ``target`` (possibly expired), or None."""
         with self._tx(write=False) as conn:
             return _leases.read_lease(conn, target)
+
+    def clock(self) -> datetime:
+        """Now, by the clock leases expire by (the database's on PostgreSQL)."""
+        with self._tx(write=False) as conn:
+            return db_now(conn)
 
     def keeper(
         self, target: str, holder: str, ttl_s: float, *, interval_s: float | None = None
