@@ -36,6 +36,11 @@ def explode_on_seven(events: pd.DataFrame) -> pd.DataFrame:
     return events[["_rewind_row", "order_id", "amount"]]
 
 
+def always_raises(events: pd.DataFrame) -> pd.DataFrame:
+    """A translate broken for every record (the plan must say so, not "schema unknown")."""
+    raise KeyError("amount_cents")
+
+
 UNLUCKY = 13.0
 
 

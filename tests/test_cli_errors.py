@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -204,3 +205,25 @@ def test_an_unknown_kafka_property_is_one_line(tmp_path: Path) -> None:
 def test_brackets_in_user_text_are_printed_literally(tmp_path: Path, args: list[str], literal: str) -> None:
     result = run_cli(args, tmp_path, REWIND_STATE_DIR=str(tmp_path / "state"))
     assert_one_error_line(result, literal)
+
+
+def test_values_of_a_result_are_printed_literally(capsys: pytest.CaptureFixture[str]) -> None:
+    """A render function puts markup around values; the values themselves (run ids, topics,
+    translate references, partition names) are escaped once by the output, never by it."""
+    from rich.table import Table
+
+    from rewind.output import output
+
+    data = {"run_id": "r-[bold]x", "topic": "t[/x]", "ref": "mod:fn[red]", "parts": {"p[1]": ["[/]"]}}
+
+    def render(console: Any, d: dict[str, Any]) -> None:
+        console.print(f"[bold]{d['run_id']}[/] {d['topic']} {d['ref']}")
+        table = Table("partition", "range")
+        for name, ranges in d["parts"].items():
+            table.add_row(name, ranges[0])
+        console.print(table)
+
+    output(False).result(data, render)
+    printed = capsys.readouterr().out
+    assert "r-[bold]x t[/x] mod:fn[red]" in printed
+    assert "p[1]" in printed and "[/]" in printed

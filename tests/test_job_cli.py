@@ -132,6 +132,21 @@ def test_plan_with_an_unimportable_translate_exits_1_with_one_line(cli: Cli) -> 
     assert "refused by gate translate" in one_json(refused)["error"]
 
 
+def test_a_translate_raising_on_every_sampled_record_is_named(cli: Cli) -> None:
+    """No output schema declared and the function fails on every record: the refusal says the
+    translate raised, with its first error and that record's coordinates, and names
+    translate.output_schema (it said "the output schema is unknown")."""
+    broken = {"function": "tests.job_fixtures:always_raises", "version": "1"}
+    spec = cli.spec_file("raises.yaml", translate=broken)
+    proc = cli.rewind("plan", str(spec))
+    assert proc.returncode == 1
+    line = one_error_line(proc)
+    assert "refused by gate output-schema" in line
+    assert "the translate raised on every sampled record" in line
+    assert f"first, at {cli.topic}/" in line and " offset " in line and "KeyError" in line
+    assert "amount_cents" in line and "translate.output_schema" in line
+
+
 def test_a_window_ending_before_it_starts_exits_1_before_anything_runs(cli: Cli) -> None:
     source = {"kafka": {"topics": [cli.topic], "from": "2026-10-08T00:00:00Z", "to": "2026-10-01T00:00:00Z"}}
     spec = cli.spec_file("backwards.yaml", source=source)
@@ -217,3 +232,23 @@ def test_run_show_runs_resume_and_metrics(cli: Cli) -> None:
     assert missing.returncode == 1
     assert "r-nope" in one_json(missing)["error"]
     assert "r-nope" in one_error_line(missing)
+
+
+def test_show_and_runs_read_as_text_on_a_narrow_terminal(cli: Cli) -> None:
+    """For people: staging as fields (no Python dict, no encoded schema), the state, and the
+    run id whole even at 60 columns (users copy it into the next command)."""
+    run = next(r for r in one_json(cli.rewind("runs", "--json"))["runs"] if r["state"] == "succeeded")
+    narrow = {**cli.env(), "COLUMNS": "60"}
+    listed = subprocess.run(
+        [REWIND, "runs"], cwd=cli.tmp, env=narrow, capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert any(run["run_id"] in line for line in listed.stdout.splitlines()), listed.stdout
+    shown = subprocess.run(
+        [REWIND, "show", run["run_id"]], cwd=cli.tmp, env=narrow, capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())  # soft-wrapped lines joined
+    assert f"{run['run_id']} (orders-cli) succeeded" in text
+    assert "staging (present): kind iceberg; target iceberg:cli.orders; table cli.orders__rewind_" in text
+    assert "{'" not in shown.stdout and "12 units done" in text

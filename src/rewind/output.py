@@ -2,9 +2,11 @@
 
 Commands compute a plain result (dicts and lists) and hand it to :meth:`Output.result`; the
 Rich form is drawn by the command's render function, the JSON form is the result itself.
-Every result passes through :func:`rewind.secrets.mask` before it is printed, and every
-error line is escaped here, once, so text the user typed (a path, a run id with brackets)
-is printed as written, never read as Rich markup.
+Every result passes through :func:`rewind.secrets.mask` before it is printed. Every string
+of a result and every error line is escaped here, once, before a render function sees it, so
+text the user typed (a path, a run id, a topic, a translate reference with brackets) is
+printed as written, never read as Rich markup; render functions add markup around values
+and never escape them again.
 """
 
 from __future__ import annotations
@@ -40,15 +42,26 @@ class Output(ABC):
         self.errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 
+def escape_values(data: Any) -> Any:
+    """``data`` with every string in it (keys too) escaped for Rich markup."""
+    if isinstance(data, str):
+        return escape(data)
+    if isinstance(data, dict):
+        return {escape_values(k): escape_values(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return type(data)(escape_values(v) for v in data)
+    return data
+
+
 class RichOutput(Output):
-    """For people: the command's render function draws the result."""
+    """For people: the command's render function draws the result, its values escaped."""
 
     def __init__(self) -> None:
         super().__init__()
         self.console = Console(highlight=False)
 
     def result(self, data: Any, render: Render) -> None:
-        render(self.console, mask(data))
+        render(self.console, escape_values(mask(data)))
 
 
 class JsonOutput(Output):

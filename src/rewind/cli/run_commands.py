@@ -7,8 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from rewind.cli.app import JsonOpt, MetricsOpt, _settings, app, command
 from rewind.output import output
@@ -94,9 +93,9 @@ def _render_plan(console: Console, d: dict[str, Any]) -> None:
     for i, st in enumerate(stages, 1):
         if st["stage"] == "run-wave" and st is not waves[0] and st is not waves[-1]:
             continue  # the first and the last wave stand for the rest
-        console.print(f"  {i}. {escape(st['does'])}")
+        console.print(f"  {i}. {st['does']}")
     for note in d["notes"][:5]:
-        console.print(f"[dim]note: {escape(note)}[/]")
+        console.print(f"[dim]note: {note}[/]")
 
 
 @app.command()
@@ -161,10 +160,13 @@ def runs(json_out: JsonOpt = False, limit: Annotated[int, typer.Option(help="How
     data = list_runs(_settings(), limit)
 
     def render(console: Console, rows: Any) -> None:
-        table = Table("run", "name", "state", "target", "created", "finished")
+        # run ids are what users copy into the next command: never cut or wrapped
+        widest = max((len(r["run_id"]) for r in rows["runs"]), default=3)
+        table = Table(Column("run", no_wrap=True, min_width=widest), "name", "state", "target",
+                      "created", "finished")
         for r in rows["runs"]:
             table.add_row(
-                r["run_id"], r["name"], r["state"], r["target"], r["created_at"], r["finished_at"] or ""
+                r["run_id"], r["name"], _state_text(r), r["target"], r["created_at"], r["finished_at"] or ""
             )
         console.print(table)
 
@@ -181,18 +183,22 @@ def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: Json
 
     def render(console: Console, d: dict[str, Any]) -> None:
         console.print(
-            f"[bold]{d['run_id']}[/] ({d['name']}) {d['state']}, plan {d['plan_id']}, by {d['user']}"
+            f"[bold]{d['run_id']}[/] ({d['name']}) {_state_text(d)}, plan {d['plan_id']}, by {d['user']}",
+            soft_wrap=True,
         )
         console.print(f"created {d['created_at']}, started {d['started_at']}, finished {d['finished_at']}")
         if d["error"]:
-            console.print(f"[red]error:[/] {d['error']}")
+            console.print(f"[red]error:[/] {d['error']}", soft_wrap=True)
         console.print(
             f"read {d['records_read']:,}, emitted {d['emitted']:,}, rows out {d['rows_out']:,}, "
-            f"quarantined {d['quarantined']:,}, filtered {d['filtered']:,}; units {d['units_by_state']}"
+            f"quarantined {d['quarantined']:,}, filtered {d['filtered']:,}; "
+            + ", ".join(f"{n} units {state}" for state, n in sorted(d["units_by_state"].items()))
         )
         for reason, count in (d["quarantine_reasons"] or {}).items():
             console.print(f"  quarantined {count}: {reason}")
-        console.print(f"staging: {d['staging']}")
+        console.print(f"staging ({d['staging_state']}): {_staging_text(d['staging'])}", soft_wrap=True)
+        if d["report"]:
+            console.print(f"report: {d['report'].get('html') or d['report'].get('json')}", soft_wrap=True)
         table = Table("unit", "state", "attempts", "read", "rows", "quarantined", "filtered")
         for u in d["units"][:50]:
             table.add_row(
@@ -209,6 +215,28 @@ def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: Json
             console.print(f"{entry['at']} {entry['action']} by {entry['user']}{_history_detail(entry)}")
 
     output(json_out).result(data, render)
+
+
+def _state_text(run: dict[str, Any]) -> str:
+    """``running``, or ``stale (lease expired at ..., held by pid N on host H; ...)``."""
+    detail = run.get("state_detail")
+    shown = f"{run['state']} ({detail})" if detail and run["state"] != "running" else run["state"]
+    return f"[yellow]{shown}[/]" if run["state"] in ("stale", "possibly-dead") else shown
+
+
+def _staging_text(staging: dict[str, Any] | None) -> str:
+    """The staging record as ``field value`` pairs; an encoded schema is named, not printed."""
+    if not staging:
+        return "none"
+    shown = []
+    for name, value in staging.items():
+        if "schema" in name and isinstance(value, str) and len(value) > 40:
+            shown.append(f"{name} (recorded)")
+        elif isinstance(value, dict):
+            shown.append(f"{name} " + ", ".join(f"{k}={v}" for k, v in value.items()))
+        elif value not in (None, "", False):
+            shown.append(f"{name} {value}")
+    return "; ".join(shown)
 
 
 def _folded(counts: dict[str, Any]) -> str:

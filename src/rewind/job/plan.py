@@ -404,6 +404,9 @@ def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Sche
             if user is None:
                 how = "the sample's output"
             return schema, Gate("output-schema", True, f"{len(schema.names)} columns, from {how}")
+        raised = _translate_raised_on_all(result.quarantine, sample.num_rows)
+        if raised is not None:
+            return None, Gate("output-schema", False, raised)
     if user is None:
         return None, Gate(
             "output-schema",
@@ -428,6 +431,20 @@ def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Sche
     result = process_batch(empty, decoder, translator, spec.key, ctx, output_schema=user)
     return result.rows.schema, Gate(
         "output-schema", True, f"{len(result.rows.schema.names)} columns, from {how}"
+    )
+
+
+def _translate_raised_on_all(quarantine: pa.Table, sampled: int) -> str | None:
+    """Say so when the translate raised on every sampled record it was given: the schema is
+    unknown because the function fails, not because the window is empty."""
+    stages = quarantine.column("stage").to_pylist()
+    if not stages or any(stage != "translate-error" for stage in stages) or len(stages) < sampled:
+        return None
+    first = quarantine.slice(0, 1).to_pylist()[0]
+    return (
+        f"the translate raised on every sampled record ({len(stages)} of {sampled}); first, at "
+        f"{first['topic']}/{first['partition']} offset {first['offset']}: {first['reason']}; fix the "
+        "function, or declare translate.output_schema so that the plan does not need its output"
     )
 
 
