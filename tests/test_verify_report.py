@@ -222,3 +222,25 @@ def test_the_report_renders_in_a_browser(reports: dict[str, dict[str, Any]], tmp
     assert rgb(COLOURS["pass"]) in seen["passing"]
     for colours in seen.values():
         assert rgb(COLOURS["staging"]) in colours and rgb(COLOURS["reference"]) in colours
+
+
+def test_numbers_are_rounded_to_the_tolerance_or_six_digits(spark: Any) -> None:
+    """Doubles as Spark computes them (10.1 + 5.21 = 15.309999999999999): the HTML shows a
+    column with a tolerance to its decimals and any other to 6 significant digits."""
+    from pyspark.sql import functions as F
+
+    base = spark.range(4).select(
+        F.col("id").alias("order_id"),
+        (F.lit(10.1) + F.lit(5.21) + F.col("id")).alias("total"),
+        (F.lit(0.1) + F.lit(0.2)).alias("ratio"),
+    )
+    assert base.first()["total"] == 15.309999999999999  # the float the report must not print
+    bumped = F.when(F.col("order_id") == 2, F.col("total") + 1).otherwise(F.col("total"))
+    staging = base.withColumn("total", bumped)
+    v = Verify.model_validate(
+        {"reference": {"iceberg": "shop.truth"}, "key": ["order_id"], "compare": {"total": {"abs": 0.01}}}
+    )
+    html = render_html(verify_frames(spark, staging, base, v, run_id="r-round", staging_name="s"))
+    assert "15.309999999999999" not in html and "17.309999999999999" not in html
+    assert ">18.31<" in html and ">17.31<" in html  # order 2: staging 18.31 vs reference 17.31
+    assert "0.30000000000000004" not in html

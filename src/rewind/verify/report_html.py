@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from rewind.verify.report_svg import COLOURS, esc, svg_columns, svg_rows
@@ -41,7 +42,9 @@ def _table(headers: list[str], rows: list[list[Any]], *, classes: list[str] | No
         for cell in row:
             if isinstance(cell, tuple):  # (text, css class)
                 out.append(f'<td class="{cell[1]}">{esc(cell[0])}</td>')
-            elif isinstance(cell, int | float) and not isinstance(cell, bool):
+            elif isinstance(cell, float):
+                out.append(f'<td class="n">{_number(cell)}</td>')
+            elif isinstance(cell, int) and not isinstance(cell, bool):
                 out.append(f'<td class="n">{cell:,}</td>')
             else:
                 out.append(f"<td>{esc(cell)}</td>")
@@ -50,11 +53,28 @@ def _table(headers: list[str], rows: list[list[Any]], *, classes: list[str] | No
     return "".join(out)
 
 
-def _value(v: Any) -> str:
-    return "null" if v is None else json.dumps(v, default=str) if isinstance(v, dict | list) else str(v)
+def _number(v: float, tolerance: float | None = None) -> str:
+    """A float as people read it: to the decimals of the column's absolute tolerance, else to
+    6 significant digits (floats print as ``15.309999999999999`` otherwise)."""
+    if not math.isfinite(v):
+        return str(v)
+    if tolerance:
+        decimals = max(0, math.ceil(-math.log10(tolerance)))
+        return f"{v:,.{decimals}f}"
+    return f"{float(f'{v:.6g}'):,}" if abs(v) < 1e15 else f"{v:.6g}"
 
 
-def _side_by_side(samples: list[dict[str, Any]], key: list[str], columns: list[str]) -> str:
+def _value(v: Any, tolerance: float | None = None) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, float):
+        return _number(v, tolerance)
+    return json.dumps(v, default=str) if isinstance(v, dict | list) else str(v)
+
+
+def _side_by_side(
+    samples: list[dict[str, Any]], key: list[str], columns: list[str], tolerances: dict[str, float]
+) -> str:
     """Differing rows: one row per key and side, the differing cells highlighted."""
     if not samples:
         return "<p>none</p>"
@@ -71,21 +91,24 @@ def _side_by_side(samples: list[dict[str, Any]], key: list[str], columns: list[s
                 [
                     *[_value(sample["key"].get(k)) for k in key],
                     side,
-                    *[(_value(values.get(c)), "diff" if c in differing else "") for c in columns],
+                    *[(_value(values.get(c), tolerances.get(c)), "diff" if c in differing else "")
+                      for c in columns],
                 ]
             )
             classes.append("")
     return _table(headers, rows, classes=classes)
 
 
-def _keys(samples: list[dict[str, Any]], key: list[str], side: str, columns: list[str]) -> str:
+def _keys(
+    samples: list[dict[str, Any]], key: list[str], side: str, columns: list[str], tolerances: dict[str, float]
+) -> str:
     if not samples:
         return "<p>none</p>"
     rows = [
         [
             *[_value(s["key"].get(k)) for k in key],
             s.get("bucket") or "",
-            *[_value((s.get(side) or {}).get(c)) for c in columns],
+            *[_value((s.get(side) or {}).get(c), tolerances.get(c)) for c in columns],
         ]
         for s in samples
     ]
@@ -97,6 +120,7 @@ def render_html(report: dict[str, Any]) -> str:
     passed = report["passed"]
     key = report["key"]
     columns = [c["column"] for c in report["columns"]]
+    tolerances = {c["column"]: float(c["abs"]) for c in report["columns"] if c.get("abs")}
     rows, record, state, changes = report["rows"], report["record"], report["state"], report["changes"]
     out = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -229,11 +253,11 @@ def render_html(report: dict[str, Any]) -> str:
             + ", ".join(f"<code>{esc(c)}</code> {n:,}" for c, n in state["by_column"].items())
             + "</p>"
         )
-    out.append(_side_by_side(state["changed_sample"], key, columns))
+    out.append(_side_by_side(state["changed_sample"], key, columns, tolerances))
     out.append("<h2>Missing keys (in the reference, not in staging)</h2>")
-    out.append(_keys(record["missing_sample"], key, "reference", columns))
+    out.append(_keys(record["missing_sample"], key, "reference", columns, tolerances))
     out.append("<h2>Extra keys (in staging, not in the reference)</h2>")
-    out.append(_keys(record["extra_sample"], key, "staging", columns))
+    out.append(_keys(record["extra_sample"], key, "staging", columns, tolerances))
     if record["duplicate_sample"]:
         out.append("<h2>Duplicate keys</h2>")
         out.append(
@@ -253,11 +277,11 @@ def render_html(report: dict[str, Any]) -> str:
                 f"<div class='note'>dense changes: {s['rows']:,} rows in {s['cells']:,} differing cells; "
                 f"a share of {s['share']:.1%} of those cells was compared row by row</div>"
             )
-        out.append(_side_by_side(changes["changed_sample"], key, columns))
-        out.append("<p>added (first rows):</p>" + _keys(changes["extra_sample"], key, "staging", columns))
-        out.append(
-            "<p>removed (first rows):</p>" + _keys(changes["missing_sample"], key, "reference", columns)
-        )
+        out.append(_side_by_side(changes["changed_sample"], key, columns, tolerances))
+        added = _keys(changes["extra_sample"], key, "staging", columns, tolerances)
+        removed = _keys(changes["missing_sample"], key, "reference", columns, tolerances)
+        out.append("<p>added (first rows):</p>" + added)
+        out.append("<p>removed (first rows):</p>" + removed)
 
     if report["assertions"]:
         out.append("<h2>Assertions</h2>")

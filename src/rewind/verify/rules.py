@@ -65,7 +65,10 @@ class ColumnRule:
         return text + ("" if self.nulls_equal else ", null ≠ null")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"column": self.name, "rule": self.describe()}
+        out: dict[str, Any] = {"column": self.name, "rule": self.describe()}
+        if self.kind == "numeric" and self.abs > 0:
+            out["abs"] = self.abs  # the report rounds this column's numbers to it
+        return out
 
 
 @dataclass(frozen=True)
