@@ -81,7 +81,11 @@ def one_json(proc: subprocess.CompletedProcess[str]) -> Any:
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    lines = [line for line in proc.stderr.splitlines() if not line.startswith("WARNING: Using incubator")]
+    lines = [
+        line
+        for line in proc.stderr.splitlines()
+        if not line.startswith("WARNING: Using incubator") and " WARNING rewind." not in line  # logs
+    ]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: "), lines
     return lines[0]

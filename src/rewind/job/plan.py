@@ -404,7 +404,7 @@ def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Sche
             if user is None:
                 how = "the sample's output"
             return schema, Gate("output-schema", True, f"{len(schema.names)} columns, from {how}")
-        raised = _translate_raised_on_all(result.quarantine, sample.num_rows)
+        raised = _translate_raised_on_all(result.quarantine, sample.num_rows, result.counts.filtered)
         if raised is not None:
             return None, Gate("output-schema", False, raised)
     if user is None:
@@ -434,17 +434,21 @@ def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Sche
     )
 
 
-def _translate_raised_on_all(quarantine: pa.Table, sampled: int) -> str | None:
-    """Say so when the translate raised on every sampled record it was given: the schema is
-    unknown because the function fails, not because the window is empty."""
+def _translate_raised_on_all(quarantine: pa.Table, sampled: int, filtered: int) -> str | None:
+    """Say so when the sample gave no row because the translate raised on every record that
+    reached it: the schema is unknown because the function fails, not for want of data."""
     stages = quarantine.column("stage").to_pylist()
-    if not stages or any(stage != "translate-error" for stage in stages) or len(stages) < sampled:
+    raised = [i for i, stage in enumerate(stages) if stage == "translate-error"]
+    if not raised or filtered:  # records it returned nothing for reached it and did not raise
         return None
-    first = quarantine.slice(0, 1).to_pylist()[0]
+    first = quarantine.slice(raised[0], 1).to_pylist()[0]
+    rest = sampled - len(raised)
     return (
-        f"the translate raised on every sampled record ({len(stages)} of {sampled}); first, at "
-        f"{first['topic']}/{first['partition']} offset {first['offset']}: {first['reason']}; fix the "
-        "function, or declare translate.output_schema so that the plan does not need its output"
+        f"the translate raised on every sampled record it was given ({len(raised)} of {sampled}"
+        + (f"; {rest} never reached it" if rest else "")
+        + f"); first, at {first['topic']}/{first['partition']} offset {first['offset']}: "
+        f"{first['reason']}; fix the function, or declare translate.output_schema so that the "
+        "plan does not need its output"
     )
 
 
