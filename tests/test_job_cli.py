@@ -256,3 +256,26 @@ def test_show_and_runs_read_as_text_on_a_narrow_terminal(cli: Cli) -> None:
     assert f"{run['run_id']} (orders-cli) succeeded" in text
     assert "staging (present): kind iceberg; target iceberg:cli.orders; table cli.orders__rewind_" in text
     assert "{'" not in shown.stdout and "12 units done" in text
+
+
+def test_a_stored_plan_run_against_a_dead_broker_fails_fast_and_creates_nothing(cli: Cli) -> None:
+    """`rewind run PLAN` checks the broker (~10 s at most) before it records a run, takes a
+    lease or prepares staging, and says it in the one line `rewind plan` gives."""
+    plan_id = one_json(cli.rewind("plan", str(cli.spec), "--json"))["plan_id"]
+    runs_before = one_json(cli.rewind("runs", "--json"))["runs"]
+    dead = {**cli.env(), "REWIND_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
+
+    def rewind_dead(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        began = time.monotonic()
+        proc = subprocess.run(
+            [REWIND, *args], cwd=cli.tmp, env=dead, capture_output=True, text=True, timeout=120
+        )
+        return proc, time.monotonic() - began
+
+    planned, _ = rewind_dead("plan", str(cli.spec))
+    ran, seconds = rewind_dead("run", plan_id)
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr
+    assert one_error_line(ran) == one_error_line(planned)  # the same message as plan's
+    assert "127.0.0.1:" in one_error_line(ran)
+    assert seconds < 60, f"took {seconds:.0f}s"
+    assert one_json(cli.rewind("runs", "--json"))["runs"] == runs_before  # no run recorded

@@ -76,6 +76,7 @@ def run_job(
         if not plan.ok:
             gate = plan.failed_gates()[0]
             raise PlanRefused(f"plan {plan.plan_id} refused by gate {gate.name}: {gate.detail}")
+        _check_broker(settings, plan)  # a stored plan was checked when it was made, not now
         target = make_sink(settings, plan.job_spec()).target
         rid = start_run(ledger, plan, target, run_id)
         faults.point("after-plan")
@@ -95,8 +96,20 @@ def resume_job(
         if run.state in ("succeeded", "promoted", "rolled_back"):
             raise RewindError(f"run {run_id} is {run.state}; there is nothing to resume")
         plan = load_plan(ledger, run.plan_id)
+        _check_broker(settings, plan)
         ledger.audit(run_id, "resume", {"from_state": run.state})
         return execute(settings, ledger, plan, run_id, console=console, units_per_wave=units_per_wave)
+
+
+def _check_broker(settings: Settings, plan: JobPlan) -> None:
+    """Fail in one line, within ~10 s, when a run needs the broker and it does not answer:
+    before the run is recorded, its lease taken or its staging prepared (nothing is created).
+    The same :class:`~rewind.errors.BrokerUnreachable` that ``rewind plan`` gives."""
+    from rewind.kafka import clients
+
+    spec = plan.job_spec()
+    if any(u.source == "kafka" for u in plan.units) or spec.sink.kafka is not None:
+        clients.cluster_metadata(settings.kafka_config(), timeout_s=10.0)
 
 
 def run_stages(settings: Settings, plan: JobPlan) -> list[Stage]:
