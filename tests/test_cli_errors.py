@@ -227,3 +227,134 @@ def test_values_of_a_result_are_printed_literally(capsys: pytest.CaptureFixture[
     printed = capsys.readouterr().out
     assert "r-[bold]x t[/x] mod:fn[red]" in printed
     assert "p[1]" in printed and "[/]" in printed
+
+
+# Topic names and translate references reach the output through error lines (the spec refuses
+# brackets in them, and the refusal names what was typed), and through what the ledger and a
+# plan hold (unit ids, errors, quarantine reasons, gate details name them). ``:smile:`` is a
+# Rich emoji code: it must not turn into a face either.
+
+
+@pytest.mark.parametrize(
+    ("change", "literal"),
+    [
+        ({"source": {"kafka": {"topics": ["t[/x]"]}}}, "(got 't[/x]')"),
+        (
+            {"source": {"kafka": {"topics": ["orders", "t[bold]x"]}}},
+            "topics.1: not a topic name (got 't[bold]x')",
+        ),
+        ({"translate": {"function": "my[bold]mod:fn", "version": "1"}}, "(got 'my[bold]mod:fn')"),
+        ({"translate": {"function": "orders:smile:fn", "version": "1"}}, "(got 'orders:smile:fn')"),
+    ],
+    ids=["topic-closing-tag", "topic-style", "translate-style", "translate-emoji"],
+)
+def test_brackets_in_topics_and_translate_references_of_a_spec_are_printed_literally(
+    tmp_path: Path, change: dict[str, Any], literal: str
+) -> None:
+    from tests import job_fixtures as jf
+
+    spec = jf.order_spec("literal", "orders", "cli.orders")
+    spec.update(change)
+    path = jf.write_spec(tmp_path / "spec[bold].yaml", spec)
+    result = run_cli(["plan", str(path)], tmp_path, REWIND_STATE_DIR=str(tmp_path / "state"))
+    line = assert_one_error_line(result, f"{path}: ", literal)
+    assert "😄" not in line and result.stdout == ""
+
+
+TOPIC = "t[/x]"
+RUN = "r-[bold]x:smile:"
+PLAN = "p-[red]1"
+NAME = "orders[/x]"
+TARGET = "iceberg:cli.orders[/x]"
+STAGING = "cli.orders__rewind_[bold]r"
+REASON = "translate tests.fx:explode[red] raised ValueError: order [bold]7[/] is cursed"
+ERROR = f"translate tests.fx:explode[red] raised at {TOPIC}/0 offset 12: KeyError('[/amount]')"
+RESUMED = "retry after [red]fixing[/] tests.fx:explode[red]"
+
+
+@pytest.fixture(scope="module")
+def bracketed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ledger holding one failed run whose every user-typed value has brackets in it."""
+    from rewind.config import load_settings
+    from rewind.core.ranges import OffsetRange
+    from rewind.ledger import Ledger
+    from rewind.ledger.models import UnitResult, unit_id
+
+    tmp = tmp_path_factory.mktemp("brackets")
+    settings = load_settings(env={"REWIND_STATE_DIR": str(tmp / "state")}, cwd=tmp)
+    with Ledger.open(settings.ledger) as ledger:
+        ledger.save_plan(PLAN, NAME, {"name": NAME}, {"plan_id": PLAN})
+        ledger.create_run(PLAN, NAME, TARGET, run_id=RUN, staging={"kind": "iceberg", "table": STAGING})
+        ledger.add_units(RUN, [OffsetRange(TOPIC, 0, 0, 10), OffsetRange(TOPIC, 0, 10, 20)])
+        ledger.set_state(RUN, "running")
+        done = UnitResult(unit_id(TOPIC, 0, 0, 10), 10, 7, 7, quarantined=3, reasons={REASON: 3})
+        ledger.complete_units(RUN, [done])
+        ledger.set_state(RUN, "failed", error=ERROR)
+        ledger.audit(RUN, "resume-refused", {"reason": RESUMED})
+    return tmp
+
+
+def test_show_prints_bracketed_ids_topics_and_translate_references_literally(bracketed_run: Path) -> None:
+    state = str(bracketed_run / "state")
+    result = run_cli(["show", RUN], bracketed_run, REWIND_STATE_DIR=state, COLUMNS="250")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert f"{RUN} ({NAME}) failed, plan {PLAN}, by " in out
+    assert f"error: {ERROR}" in out
+    assert f"quarantined 3: {REASON}" in out
+    assert f"staging (present): kind iceberg; table {STAGING}" in out
+    assert f"{TOPIC}/0/0-10" in out and f"{TOPIC}/0/10-20" in out  # the units table
+    assert "😄" not in out
+    shown = json.loads(run_cli(["show", RUN, "--json"], bracketed_run, REWIND_STATE_DIR=state).stdout)
+    assert (shown["run_id"], shown["error"], shown["quarantine_reasons"]) == (RUN, ERROR, {REASON: 3})
+    assert f"resume-refused by {shown['history'][0]['user']}: {RESUMED}" in out
+
+
+def test_runs_prints_bracketed_ids_names_and_targets_literally(bracketed_run: Path) -> None:
+    result = run_cli(["runs"], bracketed_run, REWIND_STATE_DIR=str(bracketed_run / "state"), COLUMNS="250")
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if RUN in line)
+    assert NAME in row and TARGET in row and "failed" in row
+
+
+def test_plan_tables_and_refusal_print_bracketed_topics_and_references_literally(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The partitions table (topic/partition), the gates table (a detail naming the translate)
+    and the refusal line of ``rewind plan``, drawn from a plan as the planner makes it."""
+    from rewind.cli.run_commands import _plan_summary, _render_plan
+    from rewind.job.plan import Gate, JobPlan
+    from rewind.output import output
+
+    monkeypatch.setenv("COLUMNS", "250")
+    part = {"topic": TOPIC, "partition": 0, "start": 0, "end": 10, "low": 0, "high": 10,
+            "start_method": "earliest", "end_method": "latest", "missing_below_low": False}
+    detail = f"{REASON}, first at {TOPIC}/0 offset 0"
+    job_plan = JobPlan(
+        plan_id=PLAN, name=NAME, spec={}, read_plan={"partitions": [part]}, units=(), offsets=10,
+        output_schema_b64="", output_columns=(("order_id", "int64"),),
+        gates=(Gate("log-start", True, f"{TOPIC}/0 is in the log"), Gate("output-schema", False, detail)),
+        notes=(f"sampled {TOPIC}/0 with tests.fx:explode[red]",),
+    )
+    data = _plan_summary(job_plan)
+    wave = f"run wave 1: 1 unit of {TOPIC} through tests.fx:explode[red]"
+    data["stages"] = [{"stage": "run-wave", "does": wave}]
+    out = output(False)
+    out.result(data, _render_plan)
+    out.failure(f"plan {PLAN} refused by gate output-schema: {detail}")
+    printed = capsys.readouterr()
+    assert f"plan {PLAN} for {NAME}: 10 offsets in 0 units" in printed.out
+    row = next(line for line in printed.out.splitlines() if f"{TOPIC}/0 " in line)
+    assert "[0, 10)" in row and "earliest → latest" in row
+    assert f"{TOPIC}/0 is in the log" in printed.out and detail in printed.out
+    assert f"1. {wave}" in printed.out
+    assert f"note: sampled {TOPIC}/0 with tests.fx:explode[red]" in printed.out
+    assert printed.err == f"error: plan {PLAN} refused by gate output-schema: {detail}\n"
+
+
+def test_config_prints_a_bracketed_path_as_typed(tmp_path: Path) -> None:
+    """``rewind config`` prints JSON, which is not markup: nothing escaped, nothing read as a tag."""
+    state = str(tmp_path / "st[bold]ate")
+    result = run_cli(["config"], tmp_path, REWIND_STATE_DIR=state)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["state_dir"] == state

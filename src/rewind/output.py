@@ -5,8 +5,9 @@ Rich form is drawn by the command's render function, the JSON form is the result
 Every result passes through :func:`rewind.secrets.mask` before it is printed. Every string
 of a result and every error line is escaped here, once, before a render function sees it, so
 text the user typed (a path, a run id, a topic, a translate reference with brackets) is
-printed as written, never read as Rich markup; render functions add markup around values
-and never escape them again.
+printed as written, never read as Rich markup (nor as an emoji code: ``pkg:smile:fn`` stays
+as typed); render functions add markup around values and never escape them again. A result
+with no render function is printed as JSON, unescaped (JSON is not markup).
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ Render = Callable[[Console, Any], None]
 
 class Output(ABC):
     def __init__(self) -> None:
-        self.errors = Console(stderr=True, highlight=False)
+        self.errors = Console(stderr=True, highlight=False, emoji=False)
 
     @abstractmethod
-    def result(self, data: Any, render: Render) -> None:
-        """Print a command's result (secrets masked)."""
+    def result(self, data: Any, render: Render | None = None) -> None:
+        """Print a command's result (secrets masked); without ``render``, as JSON in both forms."""
 
     def error(self, message: str) -> None:
         """One line on stderr: the command failed."""
@@ -58,16 +59,19 @@ class RichOutput(Output):
 
     def __init__(self) -> None:
         super().__init__()
-        self.console = Console(highlight=False)
+        self.console = Console(highlight=False, emoji=False)
 
-    def result(self, data: Any, render: Render) -> None:
+    def result(self, data: Any, render: Render | None = None) -> None:
+        if render is None:
+            self.console.print_json(data=mask(data), default=str)
+            return
         render(self.console, escape_values(mask(data)))
 
 
 class JsonOutput(Output):
     """For programs (``--json``): the result as one JSON object on stdout."""
 
-    def result(self, data: Any, render: Render) -> None:
+    def result(self, data: Any, render: Render | None = None) -> None:
         sys.stdout.write(json.dumps(mask(data), indent=2, default=str) + "\n")
 
     def error(self, message: str) -> None:

@@ -116,4 +116,4 @@ def _render_demo(console: Console, data: dict[str, Any]) -> None:
 @command
 def show_config(json_out: JsonOpt = False) -> None:
     """Print the effective settings, secrets masked."""
-    output(json_out).result(_settings().public(), lambda c, d: c.print_json(data=d))
+    output(json_out).result(_settings().public())
