@@ -141,3 +141,23 @@ audit = Table(
     Column("details", JSONType, nullable=False),
     Index("ix_rewind_audit_run", "run_id", "id"),
 )
+
+group_resets = Table(
+    "rewind_group_resets",
+    metadata,
+    # one row per executed reset of a consumer group's offsets; see rewind.ledger.group_resets
+    Column("reset_id", String(128), primary_key=True),
+    Column("group_id", String(255), nullable=False),
+    Column("who", String(300), nullable=False),  # os user@host
+    Column("at", UTCDateTime, nullable=False),
+    Column("mode", String(32), nullable=False),
+    Column("args", JSONType, nullable=False),
+    Column("before_offsets", JSONType, nullable=False),  # [{topic, partition, offset|null}]
+    Column("after_offsets", JSONType, nullable=False),
+    Column("state", String(20), nullable=False),  # applying, applied, failed, undone
+    Column("error", Text),
+    Column("notes", JSONType, nullable=False),
+    Column("undone_at", UTCDateTime),
+    Column("undone_by", String(300)),
+    Index("ix_rewind_group_resets_group_at", "group_id", "at"),
+)
