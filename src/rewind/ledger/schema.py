@@ -142,6 +142,40 @@ audit = Table(
     Index("ix_rewind_audit_run", "run_id", "id"),
 )
 
+reconsumes = Table(
+    "rewind_reconsumes",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("live_group", String(255), nullable=False),
+    # unique: two reconsumes sharing a temporary group would commit over each other's offsets
+    Column("temp_group", String(255), nullable=False, unique=True),
+    Column("mode", String(16), nullable=False),
+    Column("topics", JSONType, nullable=False),
+    Column("plan_json", JSONType, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("username", String(200), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime),
+    Column("finished_at", UTCDateTime),
+)
+
+handover = Table(
+    "rewind_handover",
+    metadata,
+    # one row per partition of a reconsume; see rewind.ledger.handover for who writes what
+    Column("reconsume_id", String(128), ForeignKey("rewind_reconsumes.id"), nullable=False),
+    Column("topic", String(255), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("start_offset", BigInteger, nullable=False),
+    Column("existing_last_offset", BigInteger),
+    Column("temp_last_offset", BigInteger),
+    Column("handover_offset", BigInteger),
+    Column("existing_updated_at", UTCDateTime),
+    Column("temp_updated_at", UTCDateTime),
+    Column("handed_over_at", UTCDateTime),
+    PrimaryKeyConstraint("reconsume_id", "topic", "partition"),
+)
+
 group_resets = Table(
     "rewind_group_resets",
     metadata,
