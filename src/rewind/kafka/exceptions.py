@@ -42,8 +42,7 @@ class GroupActive(GroupError):
         else:
             who = "no member listed by the broker"
         super().__init__(
-            f"consumer group '{group}' is active (state {state}, {who}); "
-            "stop its consumers and try again",
+            f"consumer group '{group}' is active (state {state}, {who}); stop its consumers and try again",
             group=group,
         )
 

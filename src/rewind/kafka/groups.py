@@ -19,8 +19,8 @@ wrappers add what a reset needs to be safe:
 
 A group "does not exist" when it has no members and no committed offsets: Kafka answers
 ``Dead`` for an unknown group, tansu ``Empty``; either way there is nothing to describe or
-reset. The Python client does not expose OffsetDelete, so :func:`delete_group_offsets`
-removes offsets only by deleting the whole group, and says so when asked for fewer.
+reset. The Python client does not expose OffsetDelete: :func:`delete_group_offsets` deletes
+the whole group when asked for all its offsets, and sends OffsetDelete itself otherwise.
 """
 
 from __future__ import annotations
@@ -199,24 +199,26 @@ def describe_group(
         coordinator=f"{coordinator.host}:{coordinator.port}" if coordinator is not None else "",
     )
     memberless = not members and state.state in {"Dead", "Empty", "Unknown"}
-    if must_exist and memberless and (
-        state.state == "Dead" or not committed_offsets(conf, group, timeout_s=timeout_s)
+    if (
+        must_exist
+        and memberless
+        and (state.state == "Dead" or not committed_offsets(conf, group, timeout_s=timeout_s))
     ):
         raise GroupNotFound(group)
     return state
 
 
-def require_inactive(conf: Mapping[str, Any], group: str, timeout_s: float = 10.0) -> GroupState:
+def require_inactive(
+    conf: Mapping[str, Any], group: str, timeout_s: float = 10.0, *, must_exist: bool = True
+) -> GroupState:
     """The group's description, or :class:`GroupActive` when it has members or is rebalancing."""
-    state = describe_group(conf, group, timeout_s)
+    state = describe_group(conf, group, timeout_s, must_exist=must_exist)
     if state.active:
         raise GroupActive(group, state.state, [m.label for m in state.members])
     return state
 
 
-def _expand(
-    conf: Mapping[str, Any], partitions: Iterable[TP] | Iterable[str], timeout_s: float
-) -> list[TP]:
+def _expand(conf: Mapping[str, Any], partitions: Iterable[TP] | Iterable[str], timeout_s: float) -> list[TP]:
     """Partitions as given, with bare topic names expanded to all their partitions."""
     wanted: list[TP] = []
     topics: list[str] = []
@@ -319,22 +321,20 @@ def delete_group_offsets(
 ) -> None:
     """Remove the group's committed offsets for ``partitions`` (all when ``None``).
 
-    confluent-kafka does not expose OffsetDelete, so offsets go only with the whole group:
-    allowed when ``partitions`` covers every committed offset of the group, else refused
-    with :class:`GroupOperationRefused` (deleting the group would take the others too).
+    When ``partitions`` covers every committed offset of the group, the group is deleted
+    (DeleteGroups, which every broker here has); otherwise OffsetDelete is sent directly
+    (:mod:`rewind.kafka.offset_delete`: confluent-kafka does not expose it), and a broker
+    without it refuses with :class:`GroupOperationRefused`.
     """
     if partitions is not None:
         committed = set(committed_offsets(conf, group, timeout_s=timeout_s))
-        keep = sorted(committed - set(partitions))
-        if keep:
-            names = ", ".join(f"{t}/{p}" for t, p in keep[:5]) + (" ..." if len(keep) > 5 else "")
-            raise GroupOperationRefused(
-                group,
-                "OffsetDelete",
-                "it cannot delete single partitions' offsets (confluent-kafka has no OffsetDelete), "
-                f"and deleting the group would also drop {names}",
-                by="the Kafka client",
-            )
+        if committed - set(partitions):
+            from rewind.kafka.offset_delete import offset_delete
+
+            drop = sorted(set(partitions) & committed)
+            if drop:
+                offset_delete(conf, group, drop, timeout_s=timeout_s)
+            return
     delete_group(conf, group, timeout_s=timeout_s)
 
 
