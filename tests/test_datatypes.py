@@ -89,7 +89,8 @@ def test_the_spec_and_the_plan_refuse_the_same_texts(text: str) -> None:
         with pytest.raises(ConfigError):
             arrow_type(text)
     else:
-        assert arrow_type(text) is not None
+        # the plan maps the text as typed and as the spec stores it (canonical) alike
+        assert arrow_type(text) == arrow_type(parse_spark_type(text).ddl())
         assert spec_with_output(text).translate.output_schema["x"] == parse_spark_type(text).ddl()
 
 

@@ -100,7 +100,6 @@ def test_up_status_down_are_idempotent(dev: DevCli) -> None:
     assert broker["detail"] == "started"
     assert broker["started_by_rewind"] is True
     assert broker["address"] == dev.address
-    assert broker["seconds"] < dev.timings["dev up --json"]
     assert up["catalog"]["state"] == "ready"
     assert up["ledger"]["state"] == "ready"
     assert up["ledger"]["detail"] == "schema v1"
@@ -125,6 +124,8 @@ def test_up_status_down_are_idempotent(dev: DevCli) -> None:
     assert again["broker"]["detail"] == "already running"
     assert again["broker"]["pid"] == pid
     assert again["broker"]["started_by_rewind"] is True
+    # each part's time is measured: finding the broker running is quicker than starting it
+    assert again["broker"]["seconds"] < broker["seconds"]
     assert again["ledger"]["detail"] == "schema v1"
 
     status = dev.json("dev", "status")

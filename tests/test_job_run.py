@@ -149,7 +149,9 @@ def test_quarantine_holds_each_bad_record_whole(job: Job) -> None:
     got = jf.quarantine_rows(job.settings, job.outcome.quarantine_table, run_id)
     bad = {job.coords[o.index]: o for o in job.orders if o.fate not in ("row", "double", "filtered")}
     assert len(got) == len(bad)
-    units = {u["unit_id"] for u in _show(job)["units"]}
+    shown = _show(job)
+    units = {u["unit_id"] for u in shown["units"]}
+    started, finished = (datetime.fromisoformat(shown[k]) for k in ("started_at", "finished_at"))
     for q in got:
         o = bad[(q["partition"], q["offset"])]
         assert q["topic"] == job.topic
@@ -157,7 +159,7 @@ def test_quarantine_holds_each_bad_record_whole(job: Job) -> None:
         assert q["key"] == o.key and q["value"] == o.value  # raw bytes, replayable
         assert int(q["timestamp"].timestamp() * 1000) == o.timestamp_ms
         assert q["stage"] == o.fate
-        assert q["at"] is not None
+        assert started <= q["at"] <= finished  # quarantined by this run, while it ran
         start = q["offset"] // UNIT_RECORDS * UNIT_RECORDS
         assert q["unit_id"] == f"{job.topic}/{q['partition']}/{start}-{start + UNIT_RECORDS}"
         assert q["unit_id"] in units

@@ -7,6 +7,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,9 @@ def test_a_held_target_names_its_holder_owner_and_expiry(ledger: Ledger) -> None
     lease = ledger.acquire(TARGET, "r-123", 30)
     assert (lease.target, lease.holder) == (TARGET, "r-123")
     assert re.fullmatch(r".+:\d+", lease.owner)
-    assert lease.acquired_at == lease.heartbeat_at and lease.expires_at > lease.acquired_at
-    assert lease.expires_at.tzinfo is not None
+    assert lease.acquired_at == lease.heartbeat_at
+    assert lease.expires_at - lease.acquired_at == timedelta(seconds=30)  # the ttl asked for
+    assert lease.expires_at.utcoffset() == timedelta(0)
 
     with pytest.raises(LeaseHeld) as err:
         ledger.acquire(TARGET, "r-456", 30)

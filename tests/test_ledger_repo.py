@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -164,7 +166,7 @@ def test_a_run_is_created_planned_with_who_and_where(ledger: Ledger) -> None:
     )
     assert run.id.startswith("r-") and run.state == "planned"
     assert (run.plan_id, run.name, run.target) == ("p-1", "orders", "iceberg:analytics.order_totals")
-    assert run.user == "alice" and run.host and run.pid > 0
+    assert (run.user, run.host, run.pid) == ("alice", socket.gethostname(), os.getpid())  # this process
     assert is_utc(run.created_at) and run.started_at is None and run.finished_at is None
     assert run.staging == {"table": "analytics.order_totals", "branch": "rewind-r1"}
     assert ledger.get_run(run.id) == run
