@@ -159,6 +159,12 @@ ENV_CASES = [
         "3",
     ),
     ("REWIND_DEV_BROKER_PORT", "39092", lambda s: s.dev.broker_port, 39092),
+    (
+        "REWIND_SPEC__SINK__POSTGRES__URL",
+        "postgresql://svc:pw@db/app",
+        lambda s: s.spec_secrets.get("sink.postgres.url"),
+        "postgresql://svc:pw@db/app",
+    ),
 ]
 
 

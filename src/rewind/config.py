@@ -20,6 +20,8 @@ File shape (every key optional)::
       conf: {spark.sql.shuffle.partitions: "8"}
     dev:
       broker_port: 19092
+    spec_secrets:                      # values of masked spec fields, for resume (see below)
+      sink.postgres.url: postgresql://svc:s3cr3t@db:5432/app
 
 Environment variables (each overrides the file):
 
@@ -36,7 +38,15 @@ Environment variables (each overrides the file):
 ``REWIND_SPARK_MASTER`` / ``_REMOTE``       ``spark.master`` / ``spark.remote``
 ``REWIND_SPARK_CONF``                       JSON object merged into ``spark.conf``
 ``REWIND_DEV_BROKER_PORT``                  ``dev.broker_port``
+``REWIND_SPEC__<FIELD>``                    ``spec_secrets``: a spec field's whole value;
+                                            ``__`` → ``.`` (``REWIND_SPEC__SINK__POSTGRES__URL``
+                                            → ``sink.postgres.url``)
 ==========================================  =============================================
+
+``spec_secrets`` exist because the ledger never holds a secret: a stored plan's spec has ``***``
+where a password was, and whatever runs or publishes it again (``rewind resume``, ``verify``,
+``promote``...) puts the value back from here, from the original spec, or from libpq's
+PGPASSWORD / passfile (:mod:`rewind.job.spec_secrets`).
 
 Secrets are kept as given (clients need them) but :meth:`Settings.public` masks them, and
 that is the only form that is ever printed or logged.
@@ -97,6 +107,8 @@ class Settings(_Model):
     ledger_url: str | None = None
     spark: SparkSettings = Field(default_factory=SparkSettings)
     dev: DevSettings = Field(default_factory=DevSettings)
+    spec_secrets: dict[str, str] = Field(default_factory=dict)
+    """Values of masked spec fields by dotted field name (``sink.postgres.url``): see above."""
 
     # -- derived values: defaults point at the embedded stack under state_dir --------------
 
@@ -134,6 +146,7 @@ class Settings(_Model):
         values = [v for k, v in self.kafka.properties.items() if is_secret_key(k)]
         values += [v for k, v in self.catalog.properties.items() if is_secret_key(k)]
         values += [v for k, v in self.spark.conf.items() if is_secret_key(k)]
+        values += [v for k, v in self.spec_secrets.items() if is_secret_key(k)]
         return [v for v in values if v]
 
     def public(self) -> dict[str, Any]:
@@ -148,6 +161,7 @@ class Settings(_Model):
             "ledger_url": self.ledger,
             "spark": self.spark.model_dump(),
             "dev": self.dev.model_dump(),
+            "spec_secrets": dict(self.spec_secrets),
         }
         return mask(data)
 
@@ -223,6 +237,9 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         if var.startswith("REWIND_KAFKA__"):
             prop = var.removeprefix("REWIND_KAFKA__").lower().replace("_", ".")
             _section(_section(data, "kafka"), "properties")[prop] = value
+        elif var.startswith("REWIND_SPEC__"):
+            field = var.removeprefix("REWIND_SPEC__").lower().replace("__", ".")
+            _section(data, "spec_secrets")[field] = value
         elif var.startswith("REWIND_CATALOG__"):
             raw = var.removeprefix("REWIND_CATALOG__").lower()
             prop = raw.replace("__", ".").replace("_", "-")

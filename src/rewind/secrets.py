@@ -2,7 +2,8 @@
 
 A key is secret when its last dotted/underscored part says so (``sasl.password``,
 ``ssl.key.password``, ``s3.secret-access-key``, ``token``...). URLs keep their shape but
-lose the password (``postgresql://rewind:***@db/rewind``).
+lose the password (``postgresql://rewind:***@db/rewind``) and the values of query parameters
+named like secrets (``?password=***``, ``&sslpassword=***``, ``?access_token=***``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ _SECRET_KEY = re.compile(
     re.IGNORECASE,
 )
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]+)@")
+_URL_QUERY = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#]*\?)(?P<query>[^\s#]*)")
+_PARAM = re.compile(r"(?P<pre>(?:^|&)(?P<name>[^=&]+)=)(?P<value>[^&]*)")
+_MASKED = re.compile(
+    r"[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^:/@\s]*:\*\*\*@|[^\s?#]*\?(?:[^\s#]*&)?[^=&\s#]+=\*\*\*(?:[&#\s]|$))"
+)
 
 
 def is_secret_key(key: str) -> bool:
@@ -28,8 +34,20 @@ def is_secret_key(key: str) -> bool:
 
 
 def mask_url(text: str) -> str:
-    """Replace the password of every ``scheme://user:password@`` in ``text``."""
-    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+    """Replace the password of every ``scheme://user:password@`` in ``text``, and the value of
+    every secret-named query parameter of a URL (libpq takes ``?password=`` as well)."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+    return _URL_QUERY.sub(lambda m: m["head"] + _PARAM.sub(_param, m["query"]), text)
+
+
+def _param(m: re.Match[str]) -> str:
+    return m["pre"] + MASK if m["value"] and is_secret_key(m["name"]) else m[0]
+
+
+def is_masked(text: str) -> bool:
+    """True when ``text`` is a masked value or holds one (a URL whose password was masked):
+    a value read back from the ledger that must be resolved again before it is used."""
+    return text == MASK or bool(_MASKED.search(text))
 
 
 def mask(value: Any, key: str = "") -> Any:

@@ -125,14 +125,24 @@ def resume(
     run_id: Annotated[str, typer.Argument(help="The run to finish.")],
     json_out: JsonOpt = False,
     metrics_port: MetricsOpt = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            "--spec",
+            help="The run's original spec file: puts back the secrets the ledger does not keep "
+            "(it must be the run's spec but for them).",
+        ),
+    ] = None,
 ) -> None:
     """Finish an interrupted or failed run; only unfinished units are redone."""
     from rewind.job.service import resume_job
     from rewind.progress import CliConsole
+    from rewind.spec import load_spec
 
     settings = _settings()
+    original = load_spec(spec) if spec is not None else None
     with CliConsole(enabled=not json_out, metrics_port=metrics_port) as console:
-        outcome = resume_job(settings, run_id, console=console)
+        outcome = resume_job(settings, run_id, console=console, spec=original)
     output(json_out).result(outcome.to_dict(), _render_outcome)
 
 

@@ -45,12 +45,12 @@ def _gates(ledger: Ledger, run_id: str) -> list[str]:
 
 def _sink_and_staging(settings: Settings, ledger: Ledger, run_id: str) -> tuple[Any, Any]:
     from rewind.job.components import make_sink
-    from rewind.job.service import load_plan
+    from rewind.job.service import usable_plan
 
     run = ledger.get_run(run_id)
     if not run.staging:
         raise RewindError(f"run {run_id} has no staging recorded; nothing to promote")
-    plan = load_plan(ledger, run.plan_id)
+    plan = usable_plan(settings, ledger, run.plan_id, needed=("sink",))  # the sink's URL password
     sink = make_sink(settings, plan.job_spec())
     return sink, sink.staging_from_dict(run.staging)
 

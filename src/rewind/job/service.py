@@ -53,8 +53,26 @@ def plan_job(settings: Settings, spec: JobSpec, ledger: Ledger | None = None) ->
 
 
 def load_plan(ledger: Ledger, plan_id: str) -> JobPlan:
+    """The stored plan as the ledger holds it: secrets masked (``***``); see :func:`usable_plan`."""
     record = ledger.get_plan(plan_id)
     return JobPlan.from_dict(record.plan)
+
+
+def usable_plan(
+    settings: Settings,
+    ledger: Ledger,
+    plan_id: str,
+    *,
+    spec: JobSpec | None = None,
+    needed: tuple[str, ...] = ("",),
+    how: str = "",
+) -> JobPlan:
+    """The stored plan with the secrets of its spec put back (:mod:`rewind.job.spec_secrets`):
+    from ``spec`` (the original, checked to be the same job), the settings or libpq's
+    PGPASSWORD/passfile; one line naming the field when a value under ``needed`` cannot be."""
+    from rewind.job.spec_secrets import resolve_plan
+
+    return resolve_plan(load_plan(ledger, plan_id), settings, original=spec, needed=needed, how=how)
 
 
 def run_job(
@@ -70,7 +88,7 @@ def run_job(
 
     with _ledger(settings) as ledger:
         if isinstance(spec_or_plan, str):
-            plan = load_plan(ledger, spec_or_plan)
+            plan = usable_plan(settings, ledger, spec_or_plan, how="the original spec (rewind run SPEC)")
         else:
             plan = plan_job(settings, spec_or_plan, ledger)
         if not plan.ok:
@@ -89,13 +107,18 @@ def resume_job(
     *,
     console: Console = QUIET,
     units_per_wave: int | None = None,
+    spec: JobSpec | None = None,
 ) -> RunOutcome:
-    """Finish an interrupted or failed run: only units not yet committed are redone."""
+    """Finish an interrupted or failed run: only units not yet committed are redone.
+
+    The stored spec's secrets are put back first (``spec``: the original spec, which must be the
+    run's; else the settings or PGPASSWORD), before the broker check and the lease."""
     with _ledger(settings) as ledger:
         run = ledger.get_run(run_id)
         if run.state in ("succeeded", "promoted", "rolled_back"):
             raise RewindError(f"run {run_id} is {run.state}; there is nothing to resume")
-        plan = load_plan(ledger, run.plan_id)
+        how = f"the original spec (rewind resume {run_id} --spec SPEC)"
+        plan = usable_plan(settings, ledger, run.plan_id, spec=spec, how=how)
         _check_broker(settings, plan)
         ledger.audit(run_id, "resume", {"from_state": run.state})
         return execute(settings, ledger, plan, run_id, console=console, units_per_wave=units_per_wave)

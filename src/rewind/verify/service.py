@@ -111,7 +111,7 @@ def verify_run(settings: Settings, run_id: str, report_path: str | Path | None =
     """
     from rewind.catalog import load_catalog
     from rewind.job.components import make_sink
-    from rewind.job.service import load_plan, open_ledger
+    from rewind.job.service import open_ledger, usable_plan
     from rewind.spark import session
     from rewind.verify.report import summary, write_report
     from rewind.verify.sources import reference_side, scratch
@@ -127,7 +127,7 @@ def verify_run(settings: Settings, run_id: str, report_path: str | Path | None =
             )
         if not run.staging:
             raise VerifyError(f"run {run_id} has no staging recorded; nothing to verify")
-        spec = load_plan(ledger, run.plan_id).job_spec()
+        spec = usable_plan(settings, ledger, run.plan_id, needed=("sink", "verify")).job_spec()
         verify = spec.verify or Verify()
         sink = make_sink(settings, spec)
         staging = sink.staging_from_dict(run.staging)
