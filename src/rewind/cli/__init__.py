@@ -11,12 +11,18 @@ from rewind.cli.app import app
 
 # the import order is the order of the commands in `rewind --help`
 # isort: off
-from rewind.cli import stack_commands, run_commands, verify_commands, history_commands
+from rewind.cli import stack_commands, run_commands, verify_commands, history_commands, groups_commands
 # isort: on
 
 __all__ = ["app", "main"]
 
-_COMMANDS = (stack_commands, run_commands, verify_commands, history_commands)  # registered on import
+_COMMANDS = (  # registered on import
+    stack_commands,
+    run_commands,
+    verify_commands,
+    history_commands,
+    groups_commands,
+)
 
 
 def main() -> None:
