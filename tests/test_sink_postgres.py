@@ -511,10 +511,18 @@ def test_concurrent_readers_see_old_or_new_never_a_mix(tmp_path: Path, pg: str) 
         except BaseException as exc:
             errors.append(exc)
 
+    def readers_caught_up() -> None:
+        """Each reader finished a query begun after this call (two answers more than now)."""
+        marks = {q: len(w) for q, w in waits.items()}
+        deadline = time.monotonic() + 30
+        while any(len(w) < marks[q] + 2 for q, w in waits.items()):
+            assert not errors and time.monotonic() < deadline, errors[:1] or "a reader stalled 30 s"
+            time.sleep(0.002)
+
     threads = [threading.Thread(target=reader, args=(q,)) for q in (scan, point)]
     for t in threads:
         t.start()
-    time.sleep(0.3)
+    readers_caught_up()  # both have read the old table
     held: list[float] = []
     waited: list[float] = []
     for _ in range(3):
@@ -522,7 +530,7 @@ def test_concurrent_readers_see_old_or_new_never_a_mix(tmp_path: Path, pg: str) 
             after = step().after
             held.append(after["exclusive_ms"])
             waited.append(after["lock_wait_ms"])
-            time.sleep(0.2)
+            readers_caught_up()  # both have read what the swap left
     stop.set()
     for t in threads:
         t.join(30)
