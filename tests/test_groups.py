@@ -38,7 +38,7 @@ from rewind.groups import (
 )
 from rewind.kafka import clients
 from rewind.kafka import groups as kg
-from rewind.kafka.exceptions import GroupActive, GroupNotFound, OffsetsNotApplied
+from rewind.kafka.exceptions import GroupActive, GroupError, GroupNotFound, OffsetsNotApplied
 from rewind.ledger import Ledger
 from rewind.ledger import group_resets as ledger_resets
 from rewind.ledger.group_resets import ResetAlreadyUndone
@@ -340,6 +340,9 @@ def test_bad_input_gets_one_line_and_changes_nothing(
         with pytest.raises(error) as caught:
             plan_reset(broker_settings, name, **kwargs)
         assert needle in one_line(caught.value), (kwargs, str(caught.value))
+    with pytest.raises(GroupError) as empty:
+        describe(broker_settings, " ")
+    assert "group id is empty" in one_line(empty.value)
     assert committed(broker_conf, group, t) == {0: 30, 1: None}
     assert list_resets(broker_settings, group) == []
 
@@ -423,6 +426,10 @@ def test_cli_dry_run_export_execute_undo(
     assert exported.exit_code == 0 and exported.stdout == f"{t},0,25\n{t},1,5\n"
     plan_file = tmp_path / "plan.csv"
     plan_file.write_text(exported.stdout)
+    both = runner.invoke(
+        app, ["groups", "reset", group, "--topic", t, "--to-latest", "--export", "-", "--execute"], env=env
+    )
+    assert both.exit_code == 1 and "give --export a file" in both.stderr
 
     done = runner.invoke(
         app, ["groups", "reset", group, "--from-file", str(plan_file), "--execute", "--json"], env=env

@@ -113,9 +113,11 @@ def reset(
     """Reset a group's committed offsets; a dry run unless --execute, and recorded for undo."""
     from rewind.groups import execute_reset, plan_reset, to_csv
 
-    if export == "-" and json_out:
+    if export == "-" and (json_out or execute):
         raise ResetInputError(
-            "--export - prints the CSV on stdout; it does not go with --json", option="--export"
+            "--export - prints only the CSV on stdout, so it goes with a dry run without --json; "
+            "with --execute or --json, give --export a file",
+            option="--export",
         )
     settings = _settings()
     plan = plan_reset(
@@ -131,15 +133,13 @@ def reset(
         from_file=from_file,
         allow_gaps=allow_gaps,
     )
-    if export == "-" and not execute:
-        sys.stdout.write(to_csv(plan.offsets))
-        return
-    data = execute_reset(settings, plan).to_dict() if execute else plan.to_dict()
     if export == "-":
         sys.stdout.write(to_csv(plan.offsets))
         return
     if export:
         Path(export).write_text(to_csv(plan.offsets))
+    data = execute_reset(settings, plan).to_dict() if execute else plan.to_dict()
+    if export:
         data["exported"] = export
     output(json_out).result(data, _render_plan)
 

@@ -37,6 +37,7 @@ from rewind.errors import BrokerUnreachable, PlanError
 from rewind.kafka import clients
 from rewind.kafka.exceptions import (
     GroupActive,
+    GroupError,
     GroupNotFound,
     GroupOperationRefused,
     OffsetsNotApplied,
@@ -135,6 +136,11 @@ class PartitionPosition:
         return self.missing_below.size if self.missing_below is not None else 0
 
 
+def _require_id(group: str) -> None:
+    if not isinstance(group, str) or not group.strip():
+        raise GroupError("the consumer group id is empty; name the group", group=str(group))
+
+
 def _client(conf: Mapping[str, Any], timeout_s: float) -> AdminClient:
     return clients.admin({**conf, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
 
@@ -178,6 +184,7 @@ def describe_group(
     With ``must_exist`` a group with no members and no committed offsets raises
     :class:`GroupNotFound` (one more request, only for a memberless group).
     """
+    _require_id(group)
     admin = _client(conf, timeout_s)
     futures = admin.describe_consumer_groups([group], request_timeout=timeout_s)
     desc = _await(futures[group], conf, group, "DescribeGroups", timeout_s)
@@ -249,6 +256,7 @@ def committed_offsets(
     ``partitions=None`` lists every partition the group has an offset for; otherwise the
     partitions named (a bare topic name stands for all its partitions), each in the answer.
     """
+    _require_id(group)
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     wanted = None if partitions is None else _expand(conf, partitions, timeout_s)
@@ -281,6 +289,7 @@ def alter_offsets(
     the one asked, with the broker's error when it gave one. The caller checks the group is
     inactive first: a live member's commits would overwrite these.
     """
+    _require_id(group)
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     if not offsets:
@@ -311,6 +320,7 @@ def alter_offsets(
 
 def delete_group(conf: Mapping[str, Any], group: str, *, timeout_s: float = 10.0) -> None:
     """Delete the group with all its committed offsets (the broker refuses a non-empty group)."""
+    _require_id(group)
     admin = _client(conf, timeout_s)
     futures = admin.delete_consumer_groups([group], request_timeout=timeout_s)
     _await(futures[group], conf, group, "DeleteGroups", timeout_s)
