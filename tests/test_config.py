@@ -39,6 +39,7 @@ FILE_SETTINGS: dict[str, Any] = {
         "conf": {"spark.sql.shuffle.partitions": "16", "spark.executor.memory": "2g"},
     },
     "dev": {"broker_port": 29092},
+    "metrics": {"address": "0.0.0.0", "port": 9100},
 }
 
 
@@ -70,6 +71,7 @@ def test_defaults_point_at_the_embedded_stack_under_cwd(tmp_path: Path) -> None:
     assert s.ledger == f"sqlite:///{tmp_path / '.rewind' / 'ledger.db'}"
     assert (s.spark.master, s.spark.remote, s.spark.conf) == ("local[*]", None, {})
     assert (s.dev.host, s.dev.broker_port) == ("127.0.0.1", DEFAULT_BROKER_PORT)
+    assert (s.metrics.address, s.metrics.port) == ("127.0.0.1", None)  # loopback, no server
     assert s.secret_values() == []
 
 
@@ -159,6 +161,8 @@ ENV_CASES = [
         "3",
     ),
     ("REWIND_DEV_BROKER_PORT", "39092", lambda s: s.dev.broker_port, 39092),
+    ("REWIND_METRICS_ADDRESS", "127.0.0.2", lambda s: s.metrics.address, "127.0.0.2"),
+    ("REWIND_METRICS_PORT", "9464", lambda s: s.metrics.port, 9464),
     (
         "REWIND_SPEC__SINK__POSTGRES__URL",
         "postgresql://svc:pw@db/app",
@@ -292,6 +296,7 @@ BAD_FILES = [
     ("kafka:\n  properties:\n    linger.ms: {a: 1}\n", "setting kafka.properties.linger.ms"),
     ("spark:\n  conf: [a, b]\n", "setting spark.conf"),
     ("dev:\n  broker_start_timeout_s: soon\n", "setting dev.broker_start_timeout_s"),
+    ("metrics:\n  port: 0\n", "setting metrics.port"),
 ]
 
 

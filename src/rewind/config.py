@@ -20,6 +20,9 @@ File shape (every key optional)::
       conf: {spark.sql.shuffle.partitions: "8"}
     dev:
       broker_port: 19092
+    metrics:                           # Prometheus metrics of `rewind run` / `resume`
+      address: 127.0.0.1               # where /metrics binds (0.0.0.0: every interface)
+      port: null                       # none: no metrics server (--metrics-port wins)
     spec_secrets:                      # values of masked spec fields, for resume (see below)
       sink.postgres.url: postgresql://svc:s3cr3t@db:5432/app
 
@@ -38,6 +41,7 @@ Environment variables (each overrides the file):
 ``REWIND_SPARK_MASTER`` / ``_REMOTE``       ``spark.master`` / ``spark.remote``
 ``REWIND_SPARK_CONF``                       JSON object merged into ``spark.conf``
 ``REWIND_DEV_BROKER_PORT``                  ``dev.broker_port``
+``REWIND_METRICS_ADDRESS`` / ``_PORT``      ``metrics.address`` / ``metrics.port``
 ``REWIND_SPEC__<FIELD>``                    ``spec_secrets``: a spec field's whole value;
                                             ``__`` → ``.`` (``REWIND_SPEC__SINK__POSTGRES__URL``
                                             → ``sink.postgres.url``)
@@ -98,6 +102,13 @@ class DevSettings(_Model):
     broker_start_timeout_s: float = 30.0
 
 
+class MetricsSettings(_Model):
+    """Prometheus metrics of a run (``--metrics-address`` / ``--metrics-port`` win)."""
+
+    address: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None
+
+
 class Settings(_Model):
     """Everything Rewind needs to reach its systems. Build with :func:`load_settings`."""
 
@@ -107,6 +118,7 @@ class Settings(_Model):
     ledger_url: str | None = None
     spark: SparkSettings = Field(default_factory=SparkSettings)
     dev: DevSettings = Field(default_factory=DevSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     spec_secrets: dict[str, str] = Field(default_factory=dict)
     """Values of masked spec fields by dotted field name (``sink.postgres.url``): see above."""
 
@@ -161,6 +173,7 @@ class Settings(_Model):
             "ledger_url": self.ledger,
             "spark": self.spark.model_dump(),
             "dev": self.dev.model_dump(),
+            "metrics": self.metrics.model_dump(),
             "spec_secrets": dict(self.spec_secrets),
         }
         return mask(data)
@@ -226,6 +239,8 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         "REWIND_SPARK_MASTER": ("spark", "master"),
         "REWIND_SPARK_REMOTE": ("spark", "remote"),
         "REWIND_DEV_BROKER_PORT": ("dev", "broker_port"),
+        "REWIND_METRICS_ADDRESS": ("metrics", "address"),
+        "REWIND_METRICS_PORT": ("metrics", "port"),
     }
     for var, where in simple.items():
         if var in env:

@@ -1,36 +1,60 @@
 """The CLI's :class:`~rewind.core.console.Console`: what core code reports, shown to a person.
 
-A run's progress is a Rich bar on a terminal, plain periodic lines otherwise, and Prometheus
-metrics when a port is given; archive commits are one line each. With ``--json`` nothing is
+A run prints its id on stderr as soon as it is recorded (before Spark starts); its progress
+is then a Rich bar on a terminal, otherwise a line at least every 5 s while a wave runs
+(records read so far, rate, ETA), and Prometheus metrics when a port is given, served from
+the moment the console enters. Archive commits are one line each. With ``--json`` nothing is
 shown here (the command prints one JSON object at the end), metrics still are.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from rewind.core.console import RunProgress
+from rewind.errors import ConfigError
+
+LINE_EVERY_S = 5.0
+"""Progress lines (no terminal) are at most this far apart while updates come every second."""
 
 
 class CliConsole:
-    """A context manager that turns what core code reports into output and metrics."""
+    """A context manager that turns what core code reports into output and metrics.
 
-    def __init__(self, enabled: bool = True, metrics_port: int | None = None, stream: Any = None) -> None:
+    The metrics server (``metrics_port``) starts when the console enters and stops when it
+    exits, so ``/metrics`` answers for the whole command; the run's gauges exist (at 0, or
+    at a resumed run's committed counts) from the moment its id is known.
+    """
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        metrics_port: int | None = None,
+        stream: Any = None,
+        metrics_address: str = "127.0.0.1",
+    ) -> None:
         self.enabled = enabled
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.metrics = _Metrics(metrics_port) if metrics_port else None
+        self.metrics_port = metrics_port
+        self.metrics_address = metrics_address
+        self.metrics: _Metrics | None = None
         self._rich: Any = None
         self._task: Any = None
-        self._last_line = 0.0
+        self._last_line = -math.inf
+        self._lock = threading.Lock()  # wave progress comes from a background thread
 
     def __enter__(self) -> CliConsole:
+        if self.metrics_port:
+            self.metrics = _Metrics(self.metrics_port, self.metrics_address)
         if self.enabled and self.tty:
             from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._rich = Progress(
                 TextColumn("[bold]{task.description}"),
@@ -40,7 +64,7 @@ class CliConsole:
                 TextColumn("{task.fields[rate]} rec/s"),
                 TextColumn("q {task.fields[quarantined]}"),
                 TimeElapsedColumn(),
-                TimeRemainingColumn(),
+                TextColumn("eta {task.fields[eta]}"),
                 console=Console(file=self.stream),
                 transient=False,
             )
@@ -50,62 +74,84 @@ class CliConsole:
     def __exit__(self, *exc: object) -> None:
         if self._rich is not None:
             self._rich.__exit__(*exc)
+        if self.metrics is not None:
+            self.metrics.close()
 
     def stage(self, name: str, description: str) -> None:
-        """Stages are not shown: the plan printed them, the progress bar follows the waves."""
+        """Stages are not shown: the plan printed them, the progress follows the waves."""
 
     def archive_committed(self, result: Mapping[str, Any]) -> None:
         if self.enabled:
-            print(
+            self._say(
                 f"committed {result['pass_id']}: {result['records']:,} records, "
                 f"{result['skipped_offsets']:,} skipped offsets, {result['files']} files "
-                f"in {result['seconds']}s",
-                file=self.stream,
-                flush=True,
+                f"in {result['seconds']}s"
             )
 
-    def run_progress(self, p: RunProgress) -> None:
-        elapsed = max(time.monotonic() - p.started, 1e-6)
-        rate = p.counts.records_read / elapsed
+    def run_started(self, p: RunProgress) -> None:
         if self.metrics is not None:
-            self.metrics.update(p, rate)
+            self.metrics.update(p)
+        if self.enabled:
+            done = f", {p.units_done} done already" if p.units_done else ""
+            self._say(f"run {p.run_id}: {p.units_total} units{done}, {p.offsets_total:,} offsets planned")
+
+    def wave_progress(self, p: RunProgress) -> None:
+        self._show(p, last=False)
+
+    def run_progress(self, p: RunProgress) -> None:
+        self._show(p, last=p.units_done == p.units_total)
+
+    def _show(self, p: RunProgress, last: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.update(p)
         if not self.enabled:
             return
-        if self._rich is not None:
-            if self._task is None:
-                self._task = self._rich.add_task(
-                    p.run_id, total=p.units_total, records=0, rate=0, quarantined=0
+        rate = "?" if p.rate is None else f"{p.rate:,.0f}"
+        eta = "?" if p.eta_s is None else f"{p.eta_s:,.0f}s"
+        with self._lock:
+            if self._rich is not None:
+                if self._task is None:
+                    self._task = self._rich.add_task(
+                        p.run_id, total=p.units_total, records=0, rate="?", quarantined=0, eta="?"
+                    )
+                self._rich.update(
+                    self._task,
+                    completed=p.units_done,
+                    records=f"{p.counts.records_read:,}",
+                    rate=rate,
+                    quarantined=f"{p.counts.quarantined:,}",
+                    eta=eta,
                 )
-            self._rich.update(
-                self._task,
-                completed=p.units_done,
-                records=f"{p.counts.records_read:,}",
-                rate=f"{rate:,.0f}",
-                quarantined=f"{p.counts.quarantined:,}",
-            )
-            return
-        now = time.monotonic()
-        if now - self._last_line >= 5 or p.units_done == p.units_total:
+                return
+            now = time.monotonic()
+            # updates come every second: a line when 5 s have nearly passed keeps them <= 5 s apart
+            if not last and now - self._last_line < LINE_EVERY_S - 0.5:
+                return
             self._last_line = now
-            left = p.units_total - p.units_done
-            eta = (elapsed / p.units_done * left) if p.units_done else float("nan")
-            print(
-                f"{p.run_id}: {p.units_done}/{p.units_total} units, {p.counts.records_read:,} records, "
-                f"{rate:,.0f} rec/s, {p.counts.quarantined:,} quarantined, eta {eta:,.0f}s",
-                file=self.stream,
-                flush=True,
-            )
+        self._say(
+            f"{p.run_id}: {p.units_done}/{p.units_total} units, {p.counts.records_read:,} records read, "
+            f"{rate} rec/s, {p.counts.quarantined:,} quarantined, eta {eta}"
+        )
+
+    def _say(self, line: str) -> None:
+        if self._rich is not None:  # above the live bar, not through it
+            self._rich.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(line, file=self.stream, flush=True)
 
 
 class _Metrics:
     """Run metrics on ``/metrics`` (prometheus-client), in a registry of their own."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, address: str) -> None:
         from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
         self.registry = CollectorRegistry()
         labels = ["run_id"]
-        self.read = Gauge("rewind_records_read", "Records read", labels, registry=self.registry)
+        self.read = Gauge(
+            "rewind_records_read", "Records read (committed units and the running wave)", labels,
+            registry=self.registry,
+        )
         self.written = Gauge("rewind_rows_written", "Rows written to staging", labels, registry=self.registry)
         self.quarantined = Gauge(
             "rewind_records_quarantined", "Records quarantined", labels, registry=self.registry
@@ -116,14 +162,25 @@ class _Metrics:
         )
         self.rate = Gauge("rewind_records_per_second", "Read throughput", labels, registry=self.registry)
         self.units = Gauge("rewind_units_done", "Work units done", labels, registry=self.registry)
-        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        try:
+            self.server, self.thread = start_http_server(port, addr=address, registry=self.registry)
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ConfigError(
+                f"metrics on {address}:{port}: {reason}; choose another --metrics-port / --metrics-address "
+                "(settings metrics.port / metrics.address)"
+            ) from None
 
-    def update(self, p: RunProgress, rate: float) -> None:
+    def update(self, p: RunProgress) -> None:
         run = p.run_id
         self.read.labels(run).set(p.counts.records_read)
         self.written.labels(run).set(p.counts.rows_out)
         self.quarantined.labels(run).set(p.counts.quarantined)
         self.filtered.labels(run).set(p.counts.filtered)
-        self.lag.labels(run).set(max(0, p.offsets_total - p.counts.records_read))
-        self.rate.labels(run).set(rate)
+        self.lag.labels(run).set(p.offsets_left)
+        self.rate.labels(run).set(p.rate or 0.0)
         self.units.labels(run).set(p.units_done)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -97,5 +97,18 @@ def _parts_table(console: Console, parts: list[dict[str, Any]]) -> None:
 
 
 MetricsOpt = Annotated[
-    int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        help="Serve Prometheus metrics on PORT from the start of the run (default: settings metrics.port).",
+        min=1,
+        max=65535,
+    ),
+]
+MetricsAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics-address",
+        help="Address the metrics server binds (default: settings metrics.address, 127.0.0.1).",
+    ),
 ]

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from rewind.cli.app import JsonOpt, MetricsOpt, _settings, app, command
+from rewind.cli.app import JsonOpt, MetricsAddressOpt, MetricsOpt, _settings, app, command
 from rewind.output import output
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
+    from rewind.progress import CliConsole
 
 
 @app.command()
@@ -104,17 +108,17 @@ def run(
     spec_or_plan: Annotated[str, typer.Argument(help="Job spec (YAML) or a stored plan id.")],
     json_out: JsonOpt = False,
     metrics_port: MetricsOpt = None,
+    metrics_address: MetricsAddressOpt = None,
 ) -> None:
     """Plan if given a spec, then execute on Spark into staging."""
     from rewind.job.service import run_job
-    from rewind.progress import CliConsole
     from rewind.spec import load_spec
 
     settings = _settings()
     target: Any = spec_or_plan if spec_or_plan.startswith("p-") and not Path(spec_or_plan).exists() else None
     if target is None:
         target = load_spec(Path(spec_or_plan))
-    with CliConsole(enabled=not json_out, metrics_port=metrics_port) as console:
+    with _run_console(settings, json_out, metrics_port, metrics_address) as console:
         outcome = run_job(settings, target, console=console)
     output(json_out).result(outcome.to_dict(), _render_outcome)
 
@@ -125,6 +129,7 @@ def resume(
     run_id: Annotated[str, typer.Argument(help="The run to finish.")],
     json_out: JsonOpt = False,
     metrics_port: MetricsOpt = None,
+    metrics_address: MetricsAddressOpt = None,
     spec: Annotated[
         Path | None,
         typer.Option(
@@ -136,14 +141,25 @@ def resume(
 ) -> None:
     """Finish an interrupted or failed run; only unfinished units are redone."""
     from rewind.job.service import resume_job
-    from rewind.progress import CliConsole
     from rewind.spec import load_spec
 
     settings = _settings()
     original = load_spec(spec) if spec is not None else None
-    with CliConsole(enabled=not json_out, metrics_port=metrics_port) as console:
+    with _run_console(settings, json_out, metrics_port, metrics_address) as console:
         outcome = resume_job(settings, run_id, console=console, spec=original)
     output(json_out).result(outcome.to_dict(), _render_outcome)
+
+
+def _run_console(settings: Settings, json_out: bool, port: int | None, address: str | None) -> CliConsole:
+    """The console of a run: progress on stderr unless ``--json``; metrics when a port is given
+    (the options win over the settings' ``metrics`` section)."""
+    from rewind.progress import CliConsole
+
+    return CliConsole(
+        enabled=not json_out,
+        metrics_port=port or settings.metrics.port,
+        metrics_address=address or settings.metrics.address,
+    )
 
 
 def _render_outcome(console: Console, d: dict[str, Any]) -> None:

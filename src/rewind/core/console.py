@@ -18,7 +18,14 @@ from rewind.core.counts import RecordCounts
 
 @dataclass
 class RunProgress:
-    """Where a run stands after a wave of units committed."""
+    """Where a run stands: when it starts, while a wave runs, after a wave committed.
+
+    ``counts`` are the committed units' counts; while a wave runs, ``counts.records_read``
+    also holds what its tasks have read so far (``in_flight`` of it). ``offsets_left`` are
+    the offsets of units not committed yet, less what is in flight. ``rate`` (records per
+    second over the last seconds of this process) and ``eta_s`` (``offsets_left / rate``)
+    are ``None`` until they can be measured.
+    """
 
     run_id: str
     units_total: int
@@ -27,6 +34,10 @@ class RunProgress:
     counts: RecordCounts
     started: float
     state: str = "running"
+    offsets_left: int = 0
+    in_flight: int = 0
+    rate: float | None = None
+    eta_s: float | None = None
 
 
 class Console(Protocol):
@@ -34,6 +45,14 @@ class Console(Protocol):
 
     def stage(self, name: str, description: str) -> None:
         """A stage of a run starts (see :mod:`rewind.job.stages`)."""
+        ...
+
+    def run_started(self, progress: RunProgress) -> None:
+        """A run is recorded (or resumed) and about to start, before Spark starts."""
+        ...
+
+    def wave_progress(self, progress: RunProgress) -> None:
+        """A wave is running: called about every second, from a background thread."""
         ...
 
     def run_progress(self, progress: RunProgress) -> None:
@@ -49,6 +68,12 @@ class QuietConsole:
     """Shows nothing: the default of library calls."""
 
     def stage(self, name: str, description: str) -> None:
+        pass
+
+    def run_started(self, progress: RunProgress) -> None:
+        pass
+
+    def wave_progress(self, progress: RunProgress) -> None:
         pass
 
     def run_progress(self, progress: RunProgress) -> None:

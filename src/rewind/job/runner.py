@@ -43,6 +43,7 @@ from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.job.finalize import finalize_run
+from rewind.job.live import LiveProgress
 from rewind.job.retention import OffsetsLostError, check_still_in_kafka
 from rewind.job.stages import (
     Conclude,
@@ -138,8 +139,10 @@ def execute(
     from rewind.ledger import LeaseHeld
 
     spec = plan.job_spec()
-    sink = make_sink(settings, spec)
     started = time.monotonic()
+    live = LiveProgress(console, started)
+    live.run_started(_progress(ledger, plan, run_id, started))  # the run id first, before Spark starts
+    sink = make_sink(settings, spec)
     interrupts = _Interrupts(settings)
     waiting = {u.unit_id for u in ledger.pending_units(run_id)}
     stages = plan_stages(
@@ -152,6 +155,7 @@ def execute(
     run = _RunContext()
     try:
         with contextlib.ExitStack() as held:
+            held.callback(live.close)
             for stage in stages:
                 console.stage(stage.name, stage.describe())
                 if isinstance(stage, TakeLease):
@@ -187,13 +191,13 @@ def execute(
                     qsink, qstaging = run.quarantine()
                     _run_wave(
                         settings, ledger, plan, run_id, wave,
-                        unit_sink, unit_staging, qsink, qstaging, run.done_q,
+                        unit_sink, unit_staging, qsink, qstaging, run.done_q, live,
                     )
                     run.waves += 1
                     run.pending -= {u.id for u in wave}
                     if after_commit is not None:
                         after_commit([u.id for u in wave])
-                    console.run_progress(_progress(ledger, plan, run_id, started))
+                    live.committed(_progress(ledger, plan, run_id, started))
                 elif isinstance(stage, Finalize):
                     # read models: fold the run's rows per key, keep the replaced window (once)
                     assert run.staging is not None
@@ -404,15 +408,19 @@ def _run_wave(
     qsink: IcebergSink,
     qstaging: IcebergStaging,
     done_q: set[str],
+    live: LiveProgress,
 ) -> None:
-    """Step 5 for one wave: Spark, conservation per unit, quarantine commit, output commit, ledger."""
+    """Step 5 for one wave: Spark (its progress shown live), conservation per unit, quarantine
+    commit, output commit, ledger."""
     from rewind.history.read import read_ranges_from_archive
     from rewind.ledger.models import UnitResult
     from rewind.spark import session
     from rewind.spark.job_stage import StageContext, run_wave
 
     spec = plan.job_spec()
+    base = _progress(ledger, plan, run_id, live.started)
     ledger.mark_running(run_id, [u.id for u in wave])
+    spark = session(settings)  # before arming: the kill must land in the job, not in Spark's start
     ctx = StageContext(
         run_id=run_id,
         spec_json=spec.model_dump_json(by_alias=True),
@@ -423,8 +431,8 @@ def _run_wave(
         units=tuple(wave),
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
+        progress=live.channel(spark),
     )
-    spark = session(settings)  # before arming: the kill must land in the job, not in Spark's start
     read_archive = None
     if spec.source.history is not None:
         read_archive = functools.partial(
@@ -436,7 +444,8 @@ def _run_wave(
         )
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:
-        outputs = run_wave(spark, ctx, read_archive)
+        with live.wave(base, wave):
+            outputs = run_wave(spark, ctx, read_archive)
     except Exception as exc:  # the wave's units are not done: say why in the ledger
         try:
             ledger.fail_units(run_id, [u.id for u in wave], _one_line(exc))
@@ -466,5 +475,10 @@ def _run_wave(
 
 
 def _progress(ledger: Ledger, plan: JobPlan, run_id: str, started: float) -> RunProgress:
+    """The committed progress of the run, from the ledger."""
     totals = ledger.unit_counts(run_id)
-    return RunProgress(run_id, len(plan.units), totals.done, plan.offsets, totals.counts, started)
+    waiting = {u.unit_id for u in ledger.pending_units(run_id)}
+    left = sum(u.end - u.start for u in plan.units if u.id in waiting)
+    return RunProgress(
+        run_id, len(plan.units), totals.done, plan.offsets, totals.counts, started, offsets_left=left
+    )

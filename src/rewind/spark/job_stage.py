@@ -23,6 +23,7 @@ from rewind.core.parquet import open_writer
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.spark.kafka_fetch import partitions_in
+from rewind.spark.progress_channel import PROGRESS_OPTION, ProgressAddress, TaskReporter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,6 +57,8 @@ class StageContext:
     max_records_per_second: float | None = None
     ranges_per_task: int = 4
     rate_limit_id: str = ""
+    progress: ProgressAddress | None = None
+    """Where tasks report records read while the wave runs (:mod:`rewind.spark.progress_channel`)."""
 
 
 @dataclass
@@ -130,6 +133,9 @@ class ProcessUnits:
         files: dict[str, _UnitFiles] = {}
         extracted_at = datetime.now(UTC)
         name = transform_name(spec.translate)
+        # Kafka units are reported by the reader as it fetches (batches reach this function
+        # only in Spark's large Arrow batches); archive units are reported here
+        reporter = TaskReporter(self.ctx.progress)
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -145,6 +151,8 @@ class ProcessUnits:
                     )
                     if in_unit.num_rows == 0:
                         continue
+                    if unit.source == "archive":
+                        reporter.add(unit.id, in_unit.num_rows)
                     ctx = ProcessContext(self.ctx.run_id, unit.id, name, spec.translate.version, extracted_at)
                     result = process_batch(
                         in_unit, decoder, translator, spec.key, ctx, output_schema=user_schema
@@ -152,6 +160,7 @@ class ProcessUnits:
                     out = files.get(unit.id) or files.setdefault(unit.id, _UnitFiles(self.ctx, unit, schema))
                     out.write(result.rows, result.quarantine)
                     out.counts = out.counts.merge(result.counts)
+        reporter.close()
         rows = []
         for out in files.values():
             done = out.close()
@@ -201,6 +210,8 @@ def run_wave(
     if ctx.max_records_per_second:
         reader = reader.option("maxRecordsPerSecond", str(ctx.max_records_per_second))
         reader = reader.option("rateLimitId", ctx.rate_limit_id or ctx.run_id)
+    if ctx.progress is not None:
+        reader = reader.option(PROGRESS_OPTION, ctx.progress.to_json())
     frames = [reader.load()] if kafka_units else []
     if archive_units:
         # history below the log start: read from the lake archive in Kafka's schema; an

@@ -183,3 +183,17 @@ def partitions_in(table: pa.Table) -> list[tuple[str, int]]:
     """The distinct (topic, partition) pairs of a table in Kafka's schema, sorted."""
     pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
     return sorted(zip(pairs["topic"].to_pylist(), pairs["partition"].to_pylist(), strict=True))
+
+
+def partition_counts(batch: pa.RecordBatch) -> dict[tuple[str, int], int]:
+    """Records per (topic, partition) of a batch in Kafka's schema."""
+    import pyarrow as pa
+
+    counts = pa.Table.from_batches([batch]).group_by(["topic", "partition"]).aggregate([([], "count_all")])
+    return {
+        (t, p): n
+        for t, p, n in zip(
+            counts["topic"].to_pylist(), counts["partition"].to_pylist(), counts["count_all"].to_pylist(),
+            strict=True,
+        )
+    }

@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 from rewind.core.ranges import OffsetRange, group_for_tasks
 from rewind.spark.kafka_fetch import fetch_ranges
 from rewind.spark.kafka_options import client_conf, flag, lower_keys, positive_float, positive_int
+from rewind.spark.progress_channel import PROGRESS_OPTION, ProgressAddress, TaskReporter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -136,7 +137,7 @@ class KafkaBatchReader(DataSourceReader):
         if partition is None:  # Spark's one placeholder task when the plan has nothing to read
             return
         ranges = getattr(partition, "ranges", None) or [OffsetRange.from_dict(d) for d in partition.value]
-        yield from fetch_ranges(
+        batches = fetch_ranges(
             self.conf,
             ranges,
             self.include_headers,
@@ -144,6 +145,11 @@ class KafkaBatchReader(DataSourceReader):
             batch_messages=self._batch_size(),
             pacer=self._pacer(),
         )
+        report_to = lower_keys(self.options).get(PROGRESS_OPTION.lower())
+        if report_to is None:
+            yield from batches
+            return
+        yield from _reported(batches, ranges, ProgressAddress.from_json(report_to))
 
     def _pacer(self) -> Pacer | None:
         """A job-wide read limit shared by every task on this host (see ``ratelimit``)."""
@@ -164,3 +170,23 @@ class KafkaBatchReader(DataSourceReader):
             return BATCH_MESSAGES
         # a response is paid for as a whole: keep it to a small slice of a second's quota
         return max(1, min(BATCH_MESSAGES, int(self.max_records_per_second / 20)))
+
+
+def _reported(
+    batches: Iterator[pa.RecordBatch], ranges: Sequence[OffsetRange], address: ProgressAddress
+) -> Iterator[pa.RecordBatch]:
+    """``batches`` as they are, while the records read of each range (a backfill's work unit,
+    keyed by its id ``topic/partition/start-end``) go to the driver (``progressTo``)."""
+    ids = {(r.topic, r.partition): f"{r.topic}/{r.partition}/{r.start}-{r.end}" for r in ranges}
+    only = next(iter(ids.values())) if len(ids) == 1 else None
+    with TaskReporter(address) as reporter:
+        for batch in batches:
+            if only is not None:
+                reporter.add(only, batch.num_rows)
+            else:
+                from rewind.spark.kafka_fetch import partition_counts
+
+                for tp, n in partition_counts(batch).items():
+                    if tp in ids:
+                        reporter.add(ids[tp], n)
+            yield batch
