@@ -375,7 +375,13 @@ def test_assertions_in_sql(spark: Any, catalog: Any, tables: dict[str, str]) -> 
     assert results["sums per status within 1%"]["passed"]
     exact = results["sums per status exact"]
     assert not exact["passed"] and "rows differ" in exact["detail"]
-    assert {r["row"]["status"] for r in exact["rows"]} <= {"open", "paid", "shipped"}
+    # small_keys lacks orders 7, 20,000 and 49,999 and adds SMALL and SMALL + 1: the statuses
+    # of those five (id % 3) are the rows that differ; each differing cell is one problem
+    touched = {("open", "paid", "shipped")[i % 3] for i in (7, 20_000, 49_999, SMALL, SMALL + 1)}
+    assert {r["row"]["status"] for r in exact["rows"]} == touched == {"open", "paid", "shipped"}
+    # open gained one order, paid lost two (total and n differ); shipped lost 20,000 and gained
+    # SMALL, of other totals (total differs, n not): 2 + 2 + 1 cells
+    assert exact["value"] == 5
     opened = results["open orders"]
     assert not opened["passed"] and opened["value"] == 1 and opened["rows"][0]["order_id"] == 0
     broken = results["broken"]
