@@ -111,7 +111,8 @@ def test_plan_prints_one_json_object_with_ranges_and_gates(cli: Cli) -> None:
     gates = {g["name"]: g for g in plan["gates"]}
     assert {"log-start", "max-records", "translate", "output-schema", "key", "sink"} <= set(gates)
     assert all(g["ok"] for g in gates.values())
-    assert plan["estimates"]["sample_records"] > 0
+    # the sample is one second of the 800 rec/s guard over the first unit of each partition
+    assert plan["estimates"]["sample_records"] == PARTITIONS * min(UNIT_RECORDS, 800 // PARTITIONS)
     assert ["order_id", "int64"] in plan["output_columns"]
     assert ["_rewind_event_id", "string"] in plan["output_columns"]
     # planning runs nothing
