@@ -11,8 +11,10 @@ leases taken directly through the ledger.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -384,6 +386,14 @@ def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> N
     spec = parse_spec({**world.spec(table), "run": {"work_unit_records": UNIT_RECORDS, "lease_ttl_s": 3}})
     target = make_sink(world.settings, spec).target
     seen: list[str] = []
+    noticed = threading.Event()
+
+    class Noticed(logging.Handler):
+        """The run's lease keeper logs the LeaseLost its next heartbeat meets."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if "r-usurper" in record.getMessage():
+                noticed.set()
 
     class Usurper(QuietConsole):
         def run_progress(self, progress: Any) -> None:
@@ -397,12 +407,17 @@ def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> N
         with _ledger(world) as ledger:
             assert ledger.release(target, progress.run_id)
             ledger.acquire(target, "r-usurper", 60, owner="other-host:1")
-        time.sleep(spec.run.lease_ttl_s / 3 + 0.8)  # one heartbeat: the keeper finds it gone
+        # the keeper's next heartbeat (every ttl/3 s) finds it gone, before the next wave
+        assert noticed.wait(spec.run.lease_ttl_s + 5), "the lease keeper never noticed the usurper"
 
+    keeper_log = logging.getLogger("rewind.ledger.leases")
+    handler = Noticed(logging.ERROR)
+    keeper_log.addHandler(handler)
     try:
         with pytest.raises(LeaseLost) as caught:
             run_job(world.settings, spec, console=Usurper(), units_per_wave=2)
     finally:
+        keeper_log.removeHandler(handler)
         with _ledger(world) as ledger:
             ledger.release(target, "r-usurper", owner="other-host:1")
     run_id = seen[0]
