@@ -22,11 +22,36 @@ def verify(
         Path | None,
         typer.Option("--report", help="HTML report path (JSON beside it; a .json path writes JSON only)."),
     ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            "--spec",
+            help="The run's spec with a new verify: section, used instead of the plan's (anything "
+            "else that differs is refused).",
+        ),
+    ] = None,
+    verify_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--verify-file", help="A YAML file holding only a verify: section, used instead of the plan's."
+        ),
+    ] = None,
 ) -> None:
-    """Reconcile staging with its reference: keys, values, assertions. Exit 0 only if all pass."""
+    """Reconcile staging with its reference: keys, values, assertions. Exit 0 only if all pass.
+
+    The verify section is the plan's, or the one of --spec / --verify-file: a tolerance can
+    change without running the backfill again. The ledger records which section each verdict
+    used; promotion looks at the latest verdict."""
+    from rewind.spec import load_spec, load_verify
+    from rewind.verify.exceptions import VerifyError
     from rewind.verify.service import verify_run
 
-    data = verify_run(_settings(), run_id, report)
+    if spec is not None and verify_file is not None:
+        raise VerifyError("give --spec (a whole spec) or --verify-file (a verify section), not both")
+    settings = _settings()
+    original = load_spec(spec) if spec is not None else None
+    section = load_verify(verify_file) if verify_file is not None else None
+    data = verify_run(settings, run_id, report, spec=original, verify=section)
     out = output(json_out)
     out.result(data, _render_verify)
     if not data["passed"]:
@@ -37,6 +62,11 @@ def verify(
 def _render_verify(console: Console, d: dict[str, Any]) -> None:
     verdict = "[bold green]PASSED[/]" if d["passed"] else "[bold red]FAILED[/]"
     console.print(f"[bold]{d['run_id']}[/] {verdict}: {d['staging']} vs {d['reference']} ({d['mode']})")
+    used = d.get("verify_section") or {}
+    if used:
+        origins = {"plan": "the plan's", "spec": "--spec's", "file": "--verify-file's"}
+        origin = origins.get(used["source"], used["source"])
+        console.print(f"verify section: {origin} (digest {used['digest']})")
     rows, record, state = d["rows"], d["record"], d["state"]
     console.print(
         f"rows {rows.get('staging', 0):,} vs {rows.get('reference', 0):,}; missing {record['missing']:,}, "

@@ -35,12 +35,26 @@ def _gates(ledger: Ledger, run_id: str) -> list[str]:
             f"conservation not shown: {counts.done}/{counts.units} units done, read {counts.records_read} vs "
             f"emitted {counts.emitted} + quarantined {counts.quarantined} + filtered {counts.filtered}"
         )
-    verifications = [e for e in ledger.audit_log(run_id) if e.action == "verify"]
-    if not verifications:
+    last = _last_verification(ledger, run_id)
+    if last is None:
         failed.append(f"run {run_id} has not been verified (`rewind verify {run_id}`)")
-    elif not verifications[-1].details.get("passed"):
+    elif not last.details.get("passed"):
         failed.append(f"the last verification of run {run_id} failed")
     return failed
+
+
+def _last_verification(ledger: Ledger, run_id: str) -> AuditEntry | None:
+    """The latest ``verify`` entry of the run: its verdict is the gate, whichever verify section
+    (the plan's, or one given to ``rewind verify --spec/--verify-file``) it was reached with."""
+    verifications = [e for e in ledger.audit_log(run_id) if e.action == "verify"]
+    return verifications[-1] if verifications else None
+
+
+def _verification_facts(entry: AuditEntry | None) -> dict[str, Any] | None:
+    if entry is None:
+        return None
+    return {"at": entry.at.isoformat(), "passed": bool(entry.details.get("passed")),
+            "verify_section": entry.details.get("verify_section")}
 
 
 def _sink_and_staging(settings: Settings, ledger: Ledger, run_id: str) -> tuple[Any, Any]:
@@ -74,7 +88,11 @@ def promote_run(
             # the state moves only after the swap and its audit entry: report what was recorded
             recorded = _last_publish(ledger, run_id)
             details = dict(recorded.details) if recorded is not None else {}
-            swap = {k: v for k, v in details.items() if k not in ("forced", "gates_failed", "reason")}
+            swap = {
+                k: v
+                for k, v in details.items()
+                if k not in ("forced", "gates_failed", "reason", "verification")
+            }
             return {"run_id": run_id, "state": "promoted", "swap": swap, "already_promoted": True}
         failed = _gates(ledger, run_id)
         if failed and not force:
@@ -92,7 +110,14 @@ def promote_run(
                 f"target {sink.target} is held by run {live.holder}; wait for it to finish"
             )
         swap = sink.promote(staging, rebase=rebase)
-        details = {**swap.to_dict(), "forced": bool(failed), "gates_failed": failed, "reason": reason}
+        verification = _verification_facts(_last_verification(ledger, run_id))
+        details = {
+            **swap.to_dict(),
+            "forced": bool(failed),
+            "gates_failed": failed,
+            "reason": reason,
+            "verification": verification,  # the verdict (and verify section) promoted on
+        }
         _record(ledger, run_id, "promote", details, "promoted")
         return {
             "run_id": run_id,
@@ -100,6 +125,7 @@ def promote_run(
             "swap": swap.to_dict(),
             "forced": bool(failed),
             "gates_failed": failed,
+            "verification": verification,
         }
 
 

@@ -241,10 +241,15 @@ def _is_postgres(value: str) -> bool:
 
 
 def _show(value: Any) -> str:
+    """A value of the spec for a one-line message: masked, strings quoted, JSON otherwise."""
+    import json
+
     if value is None:
         return "absent"
-    text = " ".join(str(mask(value)).split())
-    return repr(text if len(text) <= 100 else text[:97] + "...")
+    value = mask(value)
+    text = repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _at(data: Any, path: Path_) -> Any:

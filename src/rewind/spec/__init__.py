@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from rewind.errors import SpecError
 from rewind.spec.job import EXAMPLE_SPEC, JobSpec
-from rewind.spec.loader import load_spec, parse_spec
+from rewind.spec.loader import load_spec, load_verify, parse_spec
 from rewind.spec.reference_docs import spec_reference_markdown
 from rewind.spec.run import Guards, Quarantine, RunSettings
 from rewind.spec.source import HistorySource, KafkaSource, Source
@@ -90,6 +90,7 @@ __all__ = [
     "Translate",
     "Verify",
     "load_spec",
+    "load_verify",
     "parse_spec",
     "spec_reference_markdown",
 ]

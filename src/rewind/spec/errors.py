@@ -163,12 +163,15 @@ def _describe(root: type[BaseModel], err: Mapping[str, Any]) -> tuple[tuple[str 
     return loc, _compose(message[:1].lower() + message[1:], value, "", key)
 
 
-def _spec_error(exc: ValidationError, source_name: str, root: type[BaseModel]) -> SpecError:
-    """One line for the first error (``root`` is the model validated, to find a field's model)."""
+def _spec_error(
+    exc: ValidationError, source_name: str, root: type[BaseModel], prefix: tuple[str, ...] = ()
+) -> SpecError:
+    """One line for the first error (``root`` is the model validated, to find a field's model;
+    ``prefix`` is where it sits in a whole spec, like ``("verify",)``)."""
     # An unknown field first: it is often a typo that also makes a required field "missing".
     errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     loc, text = _describe(root, errors[0])
-    path = ".".join(str(p) for p in loc)
+    path = ".".join(str(p) for p in (*prefix, *loc))
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     where = f"{path}: " if path else ""
     return SpecError(" ".join(f"{source_name}: {where}{text}{more}".split()), field=path or None)

@@ -14,6 +14,7 @@ from pydantic import (
 from rewind.errors import SpecError
 from rewind.spec.errors import _allowed_fields, _show, _spec_error
 from rewind.spec.job import JobSpec
+from rewind.spec.verify import Verify
 
 
 class _DuplicateKey(Exception):
@@ -56,6 +57,35 @@ def parse_spec(data: Any, source_name: str = "<spec>") -> JobSpec:
 
 def load_spec(path: str | Path) -> JobSpec:
     """Read a YAML spec file into a :class:`JobSpec`; every problem is a one-line :class:`SpecError`."""
+    return parse_spec(_read_yaml(path), str(path))
+
+
+def load_verify(path: str | Path) -> Verify:
+    """Read a file holding only a ``verify:`` section (``rewind verify RUN --verify-file``).
+
+    The section may stand under a ``verify:`` key (as cut from a spec) or alone; errors name
+    the field as in a spec (``verify.compare.amount.abs``).
+    """
+    name = str(path)
+    data = _read_yaml(path)
+    if isinstance(data, Mapping) and "verify" in data:
+        others = [str(k) for k in data if k != "verify"]
+        if others:
+            raise SpecError(
+                f"{name}: {', '.join(others)}: a verify file holds only a verify section; "
+                "give a whole spec with --spec instead"
+            )
+        data = data["verify"]
+    if not isinstance(data, Mapping):
+        got = "an empty section" if data is None else _show(data)
+        raise SpecError(f"{name}: verify: expected a mapping (got {got}); allowed: {_allowed_fields(Verify)}")
+    try:
+        return Verify.model_validate(dict(data))
+    except ValidationError as exc:
+        raise _spec_error(exc, name, Verify, ("verify",)) from None
+
+
+def _read_yaml(path: str | Path) -> Any:
     name = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -80,4 +110,4 @@ def load_spec(path: str | Path) -> JobSpec:
         raise SpecError(
             f"{name}: {where}not valid YAML ({' '.join(str(problem).split())}); fix the syntax"
         ) from None
-    return parse_spec(data, name)
+    return data

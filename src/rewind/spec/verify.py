@@ -387,6 +387,9 @@ class Assertion(_Model):
 class Verify(_Model):
     """Reconciliation of a run's staging with a reference, run by `rewind verify RUN`.
 
+    Frozen into the plan with the rest of the spec; `rewind verify RUN --spec SPEC` (or
+    `--verify-file FILE`) verifies the same staging with another section, without running again.
+
     Three levels: records (every key of the reference is in staging and vice versa), state
     (per-key values of the compared columns, with tolerances) and outcome (SQL assertions).
     A missing `verify` section means `{reference: {target: true}}` with every default.

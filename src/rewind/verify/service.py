@@ -4,11 +4,18 @@
 comparison for any two DataFrames (tests, benchmarks, notebooks).
 
 Steps of :func:`verify_run`, in order: (1) load the run, its plan and spec from the ledger
-(a run that has not succeeded is refused); (2) read staging through its sink; (3) read the
-reference named in ``verify.reference`` (one-line error when it cannot be reached);
-(4) compare (records, state, buckets) and run the assertions; (5) write the HTML and JSON
-report; (6) record ``verify`` in the ledger's audit with ``passed`` and a summary, which
-the promotion gate reads. Nothing is written to staging, the target or the reference.
+(a run that has not succeeded is refused) and pick the verify section: the plan's, or one
+given now (``--spec``, which must be the run's spec but for ``verify:``, or ``--verify-file``);
+(2) read staging through its sink; (3) read the reference named in ``verify.reference``
+(one-line error when it cannot be reached); (4) compare (records, state, buckets) and run the
+assertions; (5) write the HTML and JSON report; (6) record ``verify`` in the ledger's audit
+with ``passed``, a summary and which verify section was used (its source and digest); the
+promotion gate reads the latest such entry. Nothing is written to staging, the target or the
+reference.
+
+A verify section given now replaces the plan's for this verification only: a tolerance can be
+changed without planning and running the backfill again, and the ledger says which section
+each verdict was reached with.
 """
 
 from __future__ import annotations
@@ -99,23 +106,49 @@ def verify_frames(
     )
 
 
+def verify_digest(verify: Verify) -> str:
+    """sha256 (hex, first 16) of a verify section's canonical JSON, secrets masked: which
+    tolerances a verdict was reached with, comparable across verifications."""
+    import hashlib
+    import json
+
+    from rewind.secrets import mask
+
+    data = mask(verify.model_dump(mode="json", by_alias=True, exclude_none=True))
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def default_report_path(settings: Settings, run_id: str) -> Path:
     return settings.state_path / "reports" / f"{run_id}-verify.html"
 
 
-def verify_run(settings: Settings, run_id: str, report_path: str | Path | None = None) -> dict[str, Any]:
+def verify_run(
+    settings: Settings,
+    run_id: str,
+    report_path: str | Path | None = None,
+    *,
+    spec: JobSpec | None = None,
+    verify: Verify | None = None,
+) -> dict[str, Any]:
     """Verify run ``run_id`` and record the verdict in the ledger; returns the JSON report.
 
     The report is written to ``report_path`` (HTML, with the JSON beside it; a ``.json`` path
-    writes only JSON), by default ``<state_dir>/reports/<run>-verify.html``.
+    writes only JSON), by default ``<state_dir>/reports/<run>-verify.html``. ``spec`` (the
+    run's spec with another ``verify:``, refused naming the first other field that differs; it
+    also puts back the secrets the ledger masked) or ``verify`` (a section alone) replaces the
+    plan's verify section for this verification.
     """
     from rewind.catalog import load_catalog
     from rewind.job.components import make_sink
-    from rewind.job.service import open_ledger, usable_plan
+    from rewind.job.service import load_plan, open_ledger, usable_plan
+    from rewind.job.spec_secrets import check_same_job
     from rewind.spark import session
     from rewind.verify.report import summary, write_report
     from rewind.verify.sources import reference_side, scratch
 
+    if spec is not None and verify is not None:
+        raise VerifyError("give a spec (--spec) or a verify section (--verify-file), not both")
     ledger = open_ledger(settings)
     sink: StagingSink[Any] | None = None
     try:
@@ -127,8 +160,16 @@ def verify_run(settings: Settings, run_id: str, report_path: str | Path | None =
             )
         if not run.staging:
             raise VerifyError(f"run {run_id} has no staging recorded; nothing to verify")
-        spec = usable_plan(settings, ledger, run.plan_id, needed=("sink", "verify")).job_spec()
-        verify = spec.verify or Verify()
+        if spec is not None:
+            stored = load_plan(ledger, run.plan_id).spec
+            check_same_job(spec, stored, f"--spec for run {run_id}", ("verify",))
+            source = "spec"
+        else:
+            needed = ("sink",) if verify is not None else ("sink", "verify")
+            spec = usable_plan(settings, ledger, run.plan_id, needed=needed).job_spec()
+            source = "file" if verify is not None else "plan"
+        verify = verify or spec.verify or Verify()
+        used = {"source": source, "digest": verify_digest(verify)}
         sink = make_sink(settings, spec)
         staging = sink.staging_from_dict(run.staging)
         spark = session(settings)
@@ -161,8 +202,9 @@ def verify_run(settings: Settings, run_id: str, report_path: str | Path | None =
                 reference_name=side.name,
                 notes=side.notes,
             )
+        report["verify_section"] = used
         write_report(report, Path(report_path) if report_path else default_report_path(settings, run_id))
-        ledger.audit(run_id, "verify", summary(report))
+        ledger.audit(run_id, "verify", {**summary(report), "verify_section": used})
         return report
     finally:
         if sink is not None:  # made once the run is known
