@@ -235,7 +235,10 @@ def test_kill_resume_and_compare_with_a_clean_run(world: World, chain: str) -> N
     assert all(u.state == "done" for u in units) and len(units) == 8
     assert max(u.attempts for u in units) >= 2  # some unit was redone after a kill
     takeovers = [a for a in audit if a.action == "lease-takeover"]
-    assert takeovers and all(a.details["reason"] == "owner-dead" for a in takeovers)
+    # every kill after the lease was taken left it to a dead process, which the next resume took
+    # over (a kill after-plan comes before the lease)
+    held_at_kill = [f for f in CHAINS[chain] if f != "after-plan"]
+    assert [a.details["reason"] for a in takeovers] == ["owner-dead"] * len(held_at_kill)
     if chain == "branch":
         assert any(a.action == "reconcile" for a in audit)  # after-sink-commit: units from the sink
 
