@@ -1,0 +1,200 @@
+"""What both sides of a reconsume share: the ledger, the consumer, the loop, the counters.
+
+A side does no I/O in ``__init__``: :meth:`Side.open` (called by the first
+:meth:`Side.poll_once`, or by ``with``) reads the reconsume and its handover rows from the
+ledger and builds or adopts the consumer. Each side processes *batches*:
+``consumer.consume(batch_size, timeout_s)``, then the side's steps, in the order each
+side's docstring lists them. A batch is the unit of everything that costs a round trip:
+one offset commit, at most one ledger transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from rewind.core.windows import TP
+from rewind.ledger import Ledger
+from rewind.ledger.handover import HandoverTable
+from rewind.ledger.reconsumes import HandoverRow, ReconsumeRecord, ReconsumeStore
+from rewind.reconsume.exceptions import ReconsumeError, ReconsumeNotStarted
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["Message"], object]
+"""Called once per message the side owns, in offset order per partition."""
+
+
+class Side(ABC):
+    """One side of a reconsume around a confluent-kafka consumer.
+
+    ``ledger`` is the ledger's URL (SQLite for one host, PostgreSQL for services on several)
+    or an open :class:`rewind.ledger.Ledger` (not closed by the side). ``handler`` is called
+    per owned message; when it raises, the batch is not committed and the error propagates
+    out of :meth:`poll_once` (after a restart the same side handles that batch again).
+    """
+
+    role = "side"
+
+    def __init__(
+        self,
+        consumer: Consumer | Mapping[str, Any],
+        handler: Handler,
+        *,
+        reconsume: str,
+        ledger: str | Ledger,
+        batch_size: int = 500,
+        timeout_s: float = 1.0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.reconsume_id = reconsume
+        self.handler = handler
+        self.batch_size = batch_size
+        self.timeout_s = timeout_s
+        self.handled = 0
+        """Messages given to the handler (counted per batch)."""
+        self.skipped = 0
+        """Messages consumed and left to the other side."""
+        self.batches = 0
+        self._given_consumer = None if isinstance(consumer, Mapping) else consumer
+        self._conf = dict(consumer) if isinstance(consumer, Mapping) else None
+        self._ledger_arg = ledger
+        self._ledger: Ledger | None = None
+        self.consumer: Consumer | None = None
+        self.record: ReconsumeRecord | None = None
+        self.table: HandoverTable | None = None
+        self.rows: dict[TP, HandoverRow] = {}
+
+    # -- life --------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Read the reconsume and its rows, then build (or adopt) the consumer; once."""
+        if self.consumer is not None:
+            return
+        ledger = self._ledger_arg if isinstance(self._ledger_arg, Ledger) else Ledger.open(self._ledger_arg)
+        self._ledger = ledger
+        try:
+            record = ReconsumeStore(ledger.engine).get(self.reconsume_id)
+            if record.state == "planned":
+                raise ReconsumeNotStarted(self.reconsume_id)
+            self.record = record
+            self.table = HandoverTable(ledger.engine, self.reconsume_id)
+            self.rows = self.table.load()
+            self._prepare(ledger)
+            consumer = self._given_consumer or self._build_consumer(self._conf or {})
+            self.consumer = consumer
+            self._attach(consumer)
+        except BaseException:
+            self.close()
+            raise
+
+    def _prepare(self, ledger: Ledger) -> None:  # noqa: B027 - a hook, empty by default
+        """Anything a side needs from the ledger before its consumer starts."""
+
+    @abstractmethod
+    def _build_consumer(self, conf: dict[str, Any]) -> Consumer:
+        """The side's own consumer when it was given a configuration."""
+
+    @abstractmethod
+    def _attach(self, consumer: Consumer) -> None:
+        """Subscribe or assign, as the side needs."""
+
+    @abstractmethod
+    def _batch(self, messages: list[Message]) -> None:
+        """The side's steps for one consumed batch (possibly empty)."""
+
+    def poll_once(self) -> int:
+        """Consume one batch and run the side's steps on it; returns the messages consumed."""
+        self.open()
+        assert self.consumer is not None
+        messages = self.consumer.consume(self.batch_size, self.timeout_s)
+        self._batch(messages)
+        self.batches += 1
+        return len(messages)
+
+    @property
+    def done(self) -> bool:
+        """True when this side has nothing left to do (only the temporary side ever finishes)."""
+        return False
+
+    def run(self, stop: threading.Event | None = None, *, max_batches: int | None = None) -> None:
+        """Poll batches until ``stop`` is set, ``max_batches`` ran, or the side is done.
+
+        Stops between batches: every batch handled has been committed and recorded.
+        """
+        count = 0
+        while not (stop is not None and stop.is_set()) and not self.done:
+            if max_batches is not None and count >= max_batches:
+                break
+            self.poll_once()
+            count += 1
+
+    def close(self) -> None:
+        """Close the consumer this side built (one it was given stays open) and the ledger."""
+        try:
+            if self.consumer is not None and self._given_consumer is None:
+                self.consumer.close()
+        finally:
+            self.consumer = None
+            self._close_ledger()
+
+    def _close_ledger(self) -> None:
+        if self._ledger is not None and not isinstance(self._ledger_arg, Ledger):
+            self._ledger.close()
+        self._ledger = None
+
+    def __enter__(self) -> Side:
+        self.open()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _group_conf(self, conf: dict[str, Any], group: str, **overrides: Any) -> dict[str, Any]:
+        given = conf.get("group.id")
+        if given is not None and given != group:
+            raise ReconsumeError(
+                f"the {self.role} side of reconsume {self.reconsume_id} consumes as group '{group}', "
+                f"but its configuration says group.id '{given}'; drop group.id or set it to '{group}'"
+            )
+        return {**conf, "group.id": group, "enable.auto.commit": False, **overrides}
+
+    def _commit(self, offsets: list[Any] | None = None) -> None:
+        """A synchronous commit (of ``offsets``, or of every consumed position)."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        assert self.consumer is not None
+        try:
+            if offsets is None:
+                self.consumer.commit(asynchronous=False)
+            elif offsets:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET:
+                return  # nothing consumed since the last commit
+            raise
+
+
+def message_error(message: Message) -> bool:
+    """True when ``message`` is an event, not a record: end of partition is expected, any
+    other error is fatal only when librdkafka says so (the rest it retries by itself)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    err = message.error()
+    if err is None:
+        return False
+    if err.code() != KafkaError._PARTITION_EOF:
+        if err.fatal():
+            raise KafkaException(err)
+        log.warning("consumer event: %s", err.str())
+    return True

@@ -1,0 +1,318 @@
+"""Reconsume on real brokers: plan, start, both sides, status and finish (noida-db, and the
+broker of REWIND_TEST_BOOTSTRAP when set; see tests/reconsume_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+
+from rewind.config import Settings
+from rewind.groups.exceptions import ResetInputError, TimeBeforeLogStart, TopicNotConsumed
+from rewind.kafka import clients
+from rewind.kafka import groups as kg
+from rewind.kafka.exceptions import GroupNotFound
+from rewind.ledger import Ledger, NotFound
+from rewind.ledger.reconsumes import ReconsumeStateError, ReconsumeStore
+from rewind.reconsume import (
+    ExistingSide,
+    ReconsumeInputError,
+    ReconsumeNotStarted,
+    TemporaryGroupTaken,
+    TemporarySide,
+    TemporarySideRunning,
+)
+from rewind.reconsume.service import finish_reconsume, plan_reconsume, start_reconsume, status
+from tests.brokers import DELETE_RECORDS, TestBroker
+from tests.kafka_util import create_topic, produce
+from tests.reconsume_fixtures import (
+    GROUP_BROKERS,
+    Recorder,
+    broker_settings_for,
+    group_broker,
+    new_names,
+    sqlite_url,
+    topic_with_group,
+)
+
+
+@pytest.fixture(scope="module", params=GROUP_BROKERS)
+def gbroker(request: pytest.FixtureRequest) -> TestBroker:
+    return group_broker(request)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def rsettings(settings: Settings, gbroker: TestBroker, tmp_path: Path) -> Settings:
+    return broker_settings_for(settings, gbroker.bootstrap, sqlite_url(tmp_path))
+
+
+BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: record i of each partition is BASE + i s
+
+
+def conf_of(s: Settings) -> dict[str, Any]:
+    return s.kafka_config()
+
+
+def test_parallel_the_temporary_side_stops_where_the_existing_side_is(rsettings: Settings) -> None:
+    conf = conf_of(rsettings)
+    topic, group, rid = topic_with_group(conf, partitions=2, per_partition=50, live_at=50)
+    plan = plan_reconsume(rsettings, rid, group=group, topics=[topic], from_earliest=True, mode="parallel",
+                          idle_handover_s=1.0)
+    assert plan.start_offsets == {(topic, 0): 0, (topic, 1): 0} and plan.reread == 100
+    start_reconsume(rsettings, rid)
+
+    # the service's new code runs: it handles 20 new records per partition and records where it is
+    produce(conf, topic, [(p, b"k", b"new", None) for _ in range(20) for p in (0, 1)])
+    existing = Recorder()
+    with ExistingSide(conf, existing, reconsume=rid, ledger=rsettings.ledger, timeout_s=0.5) as side:
+        deadline = time.monotonic() + 60
+        while len(existing.seen) < 40 and time.monotonic() < deadline:
+            side.poll_once()
+    assert sorted(existing.of(0)) == list(range(50, 70)) and sorted(existing.of(1)) == list(range(50, 70))
+
+    temporary = Recorder()
+    with TemporarySide(conf, temporary, reconsume=rid, ledger=rsettings.ledger, timeout_s=0.5) as side:
+        side.run(max_batches=200)
+        assert side.done and side.handed_over == {(topic, 0): 70, (topic, 1): 70}
+    # it re-read up to and including the existing side's recorded offset 69, and no further
+    assert temporary.of(0) == list(range(70)) and temporary.of(1) == list(range(70))
+    done = finish_reconsume(rsettings, rid)
+    assert done["state"] == "finished" and done["temporary_records"] == 140
+    assert kg.committed_offsets(conf, f"rewind-reconsume-{rid}", [(topic, 0)])[(topic, 0)] is None
+
+
+def test_a_side_refuses_a_reconsume_that_is_not_started(rsettings: Settings) -> None:
+    conf = conf_of(rsettings)
+    topic, group, rid = topic_with_group(conf, partitions=1, per_partition=5, live_at=5)
+    plan_reconsume(rsettings, rid, group=group, topics=[topic], from_earliest=True)
+    side = ExistingSide(conf, Recorder(), reconsume=rid, ledger=rsettings.ledger)
+    with pytest.raises(ReconsumeNotStarted, match=f"rewind reconsume start {rid}"):
+        side.poll_once()
+    assert side.consumer is None  # nothing was built
+
+
+class Worker(threading.Thread):
+    """One side, stopped cleanly (closed after a batch) and restarted at random."""
+
+    def __init__(self, make: Any, rng: random.Random, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.make, self.rng, self.stop = make, rng, stop
+        self.restarts = 0
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set() and not self.done.is_set():
+                side = self.make(self.rng.randint(3, 60))
+                try:
+                    for _ in range(self.rng.randint(1, 12)):
+                        if self.stop.is_set():
+                            break
+                        side.poll_once()
+                        if side.done:
+                            self.done.set()
+                            break
+                finally:
+                    side.close()
+                self.restarts += 1
+                time.sleep(self.rng.random() * 0.2)
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+
+@pytest.mark.parametrize("ledger_kind", ["sqlite", "postgresql"])
+def test_handover_every_message_once_by_one_side_through_random_restarts(
+    rsettings: Settings, request: pytest.FixtureRequest, ledger_kind: str
+) -> None:
+    """Both sides stop and restart at random while records arrive; partition 2 never gets a
+    new record (it is handed over by the idle rule). Every offset from the start offsets to
+    the end is handled exactly once, by exactly one side: the temporary side below the
+    handover, the existing side from it."""
+    if ledger_kind == "postgresql":
+        rsettings = rsettings.model_copy(update={"ledger_url": request.getfixturevalue("pg_url")})
+    conf = conf_of(rsettings)
+    topic, group, rid = topic_with_group(conf, partitions=3, per_partition=400, live_at=400)
+    starts = {0: 50, 1: 0, 2: 320}
+    offsets = json.dumps({topic: {str(p): o for p, o in starts.items()}})
+    plan_reconsume(rsettings, rid, group=group, topics=[topic], from_offsets=offsets, mode="handover",
+                   idle_handover_s=1.0)
+    start_reconsume(rsettings, rid)
+    rng = random.Random(f"{ledger_kind}-1313")
+    existing, temporary = Recorder(), Recorder(delay_s=0.002)  # a re-read slower than the live side
+    stop_existing, stop_temp = threading.Event(), threading.Event()
+    url = rsettings.ledger
+
+    def make_existing(batch: int) -> ExistingSide:
+        return ExistingSide(conf, existing, reconsume=rid, ledger=url, batch_size=batch, timeout_s=0.2)
+
+    def make_temporary(batch: int) -> TemporarySide:
+        return TemporarySide(conf, temporary, reconsume=rid, ledger=url, batch_size=batch, timeout_s=0.2)
+
+    ex = Worker(make_existing, random.Random(rng.random()), stop_existing)
+    tm = Worker(make_temporary, random.Random(rng.random()), stop_temp)
+    ex.start()
+    tm.start()
+    try:
+        producer = Producer({**conf, "linger.ms": 1})
+        for _ in range(60):  # records keep arriving on partitions 0 and 1 while both sides run
+            for _ in range(rng.randint(1, 12)):
+                producer.produce(topic, b"live", b"k", partition=0)
+                producer.produce(topic, b"live", b"k", partition=1)
+            producer.flush(10)
+            time.sleep(rng.random() * 0.1)
+        assert producer.flush(30) == 0
+        assert tm.done.wait(120), "the temporary side never handed every partition over"
+        high = {p: b.high for (_t, p), b in kg.log_bounds(conf, [(topic, p) for p in starts]).items()}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            at = kg.committed_offsets(conf, group, [(topic, p) for p in starts])
+            if all(at[(topic, p)] == high[p] for p in starts):
+                break
+            time.sleep(0.2)
+    finally:
+        stop_existing.set()
+        stop_temp.set()
+        ex.join(30)
+        tm.join(30)
+    assert ex.error is None and tm.error is None, (ex.error, tm.error)
+    assert ex.restarts >= 3 and tm.restarts >= 3
+
+    rows = {r.partition: r for r in ReconsumeStore(Ledger.open(url).engine).rows(rid)}
+    for p, s in starts.items():
+        t_seen, e_seen = temporary.of(p), [o for o in existing.of(p) if o >= s]
+        assert len(t_seen) == len(set(t_seen)), f"partition {p}: the temporary side handled an offset twice"
+        assert len(e_seen) == len(set(e_seen)), f"partition {p}: the existing side handled an offset twice"
+        assert not set(t_seen) & set(e_seen), f"partition {p}: both sides handled {set(t_seen) & set(e_seen)}"
+        assert set(t_seen) | set(e_seen) == set(range(s, high[p])), f"partition {p}: offsets missing"
+        h = rows[p].handover_offset
+        assert h is not None and sorted(t_seen) == list(range(s, h))
+    # 0 and 1 were handed over because the temporary side caught up with the existing side's
+    # record, 2 by the idle rule (no record ever came for the existing side to skip)
+    assert rows[0].existing_last_offset is not None and rows[1].existing_last_offset is not None
+    assert rows[2].existing_last_offset is None and rows[2].handover_offset == 400
+    assert len(existing.of(2)) == 0 and len(temporary.of(2)) == 80
+    assert finish_reconsume(rsettings, rid)["state"] == "finished"
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc)
+    assert "\n" not in text, text
+    return text
+
+
+def test_bad_input_gets_one_line_and_changes_nothing(rsettings: Settings) -> None:
+    conf = conf_of(rsettings)
+    topic, group, rid = topic_with_group(conf, partitions=2, per_partition=40, live_at=40, base_ms=BASE_MS)
+    other, _g, _r = new_names()
+    create_topic(conf, other, 1)
+    two = json.dumps({topic: {"0": 3, "1": 4}})
+    cases: list[tuple[dict[str, Any], type[Exception], str]] = [
+        ({"group": "no-such-group-r"}, GroupNotFound, "consumer group 'no-such-group-r' does not exist"),
+        ({"topics": [other]}, TopicNotConsumed, f"does not consume topic '{other}'"),
+        ({"topics": ["no-such-topic-r"]}, ResetInputError, "'no-such-topic-r' does not exist"),
+        ({"from_earliest": False}, ReconsumeInputError, "exactly one of --from-datetime"),
+        ({"from_offsets": two}, ReconsumeInputError, "--from-offsets and --from-earliest given"),
+        ({"from_earliest": False, "from_offsets": '{"x": 1'}, ReconsumeInputError, "is not JSON"),
+        ({"from_earliest": False, "from_offsets": json.dumps({topic: {"0": 3}})}, ReconsumeInputError,
+         f"no offset for {topic}/1"),
+        ({"from_earliest": False, "from_offsets": json.dumps({topic: {"0": -3}})}, ReconsumeInputError,
+         "must be a whole number >= 0"),
+        ({"from_earliest": False, "from_datetime": "2025-01-01T00:00:00"}, ResetInputError, "no time zone"),
+        ({"from_earliest": False, "from_datetime": "soon"}, ResetInputError, "--from-datetime 'soon' is not"),
+        ({"mode": "both"}, ReconsumeInputError, "--mode 'both': expected parallel or handover"),
+        ({"reconsume_id": "bad id/1"}, ReconsumeInputError, "reconsume id 'bad id/1'"),
+        ({"idle_handover_s": 0}, ReconsumeInputError, "--idle-handover 0"),
+        ({"topics": []}, ReconsumeInputError, "--topic T"),
+    ]
+    for change, error, needle in cases:
+        kwargs: dict[str, Any] = {"group": group, "topics": [topic], "from_earliest": True, **change}
+        with pytest.raises(error) as caught:
+            plan_reconsume(rsettings, kwargs.pop("reconsume_id", rid), **kwargs)
+        assert needle in one_line(caught.value), (change, str(caught.value))
+
+    # a temporary group name that is taken
+    kg.alter_offsets(conf, f"rewind-reconsume-{rid}", {(topic, 0): 1})
+    with pytest.raises(TemporaryGroupTaken, match=f"rewind-reconsume-{rid}' of reconsume {rid} already has"):
+        plan_reconsume(rsettings, rid, group=group, topics=[topic], from_earliest=True)
+    kg.delete_group(conf, f"rewind-reconsume-{rid}")
+
+    # nothing changed: no reconsume recorded, the live group where it was, no temporary group
+    with Ledger.open(rsettings.ledger) as led, pytest.raises(NotFound):
+        ReconsumeStore(led.engine).get(rid)
+    assert kg.committed_offsets(conf, group, [topic]) == {(topic, 0): 40, (topic, 1): 40}
+    assert kg.committed_offsets(conf, f"rewind-reconsume-{rid}") == {}
+    for command in (start_reconsume, status, finish_reconsume):
+        with pytest.raises(NotFound, match=f"no reconsume '{rid}' in the ledger"):
+            command(rsettings, rid)
+
+
+def test_a_time_before_the_log_start_says_how_many_records_are_gone(
+    gbroker: TestBroker, rsettings: Settings
+) -> None:
+    gbroker.require(DELETE_RECORDS)
+    conf = conf_of(rsettings)
+    topic, group, rid = topic_with_group(conf, partitions=1, per_partition=50, live_at=45, base_ms=BASE_MS)
+    admin = clients.admin(conf)
+    for fut in admin.delete_records([TopicPartition(topic, 0, 20)]).values():
+        assert fut.result(timeout=15).low_watermark == 20
+    before = "2025-01-01T00:00:00Z"  # before every record
+    with pytest.raises(TimeBeforeLogStart) as gone:
+        plan_reconsume(rsettings, rid, group=group, topics=[topic], from_datetime=before)
+    line = one_line(gone.value)
+    assert line.startswith(f"--from-datetime {before} is before the log start of {topic}/0 (offset 20)")
+    assert "up to 20 records" in line and "--allow-gaps" in line
+    with pytest.raises(TimeBeforeLogStart, match=r"up to 15 records"):
+        plan_reconsume(rsettings, rid, group=group, from_offsets=json.dumps({topic: {"0": 5}}))
+    with Ledger.open(rsettings.ledger) as led, pytest.raises(NotFound):
+        ReconsumeStore(led.engine).get(rid)
+
+    plan = plan_reconsume(rsettings, rid, group=group, topics=[topic], from_datetime=before, allow_gaps=True)
+    assert plan.start_offsets == {(topic, 0): 20} and plan.partitions[0].missing == 20
+    assert plan.reread == 30 and any("20 records are no longer in Kafka" in n for n in plan.notes)
+    # a time inside the log: the checked lookup's offset (record i is stamped BASE + i s)
+    at = plan_reconsume(rsettings, rid, group=group, topics=[topic], from_datetime=BASE_MS + 33_000)
+    assert at.start_offsets == {(topic, 0): 33} and at.reread == 17
+
+
+def test_finish_refuses_until_every_partition_is_handed_over(rsettings: Settings) -> None:
+    conf = conf_of(rsettings)
+    topic, group, rid = topic_with_group(conf, partitions=2, per_partition=10, live_at=10)
+    plan_reconsume(rsettings, rid, group=group, topics=[topic], from_earliest=True, idle_handover_s=0.5)
+    with pytest.raises(ReconsumeStateError, match="is planned, not started"):
+        finish_reconsume(rsettings, rid)
+    started = start_reconsume(rsettings, rid)
+    assert started["state"] == "started" and started["records"] == 20
+    assert start_reconsume(rsettings, rid)["state"] == "started"  # a re-run changes nothing
+    with pytest.raises(ReconsumeStateError, match="already started"):
+        plan_reconsume(rsettings, rid, group=group, topics=[topic], from_earliest=True)
+    temp = f"rewind-reconsume-{rid}"
+    assert kg.committed_offsets(conf, temp, [topic]) == {(topic, 0): 0, (topic, 1): 0}
+
+    seen = Recorder()
+    side = TemporarySide(conf, seen, reconsume=rid, ledger=rsettings.ledger, timeout_s=0.3)
+    side.poll_once()
+    with pytest.raises(TemporarySideRunning, match="one temporary side per reconsume"):  # fenced
+        TemporarySide(conf, Recorder(), reconsume=rid, ledger=rsettings.ledger).poll_once()
+    running = status(rsettings, rid)
+    assert running["temporary_side"] is not None and running["state"] == "started"
+    with pytest.raises(ReconsumeStateError) as pending:
+        finish_reconsume(rsettings, rid)
+    assert "not handed over yet" in one_line(pending.value) and f"{topic}/" in str(pending.value)
+    side.run(max_batches=100)
+    assert side.done and side.handed_over == {(topic, 0): 10, (topic, 1): 10}
+    side.close()
+    s = status(rsettings, rid)
+    assert [(p["owner"], p["temp_position"], p["handover"], p["left"]) for p in s["partitions"]] == [
+        ("existing", 10, 10, 0), ("existing", 10, 10, 0)]
+    assert s["handed_over"] == 2 and s["temporary_side"] is None and s["done"] == 20
+    done = finish_reconsume(rsettings, rid)
+    assert done["state"] == "finished" and done["temporary_records"] == 20
+    assert kg.committed_offsets(conf, temp) == {}
+    assert finish_reconsume(rsettings, rid)["finished_at"] == done["finished_at"]  # idempotent
