@@ -397,7 +397,7 @@ def test_more_errors_are_counted() -> None:
     ("path", "allowed"),
     [
         ("nmae", "name, description, source, decode, translate, key, sink, guards, run, quarantine, verify"),
-        ("source.kafak", "kafka, history"),
+        ("source.kafak", "kafka, history, table"),
         ("source.kafka.topic", "topics, from, to, declared_log_start"),
         ("decode.registry", "format, registry_url, schema_dir, reader_schema, subject, schema, null_value"),
         ("sink.iceberg.partition_by", "table, mode, window_column, window_from, window_to"),

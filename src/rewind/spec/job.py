@@ -161,7 +161,16 @@ class JobSpec(_Model):
                 got=self.translate.fold,
                 at=("translate", "fold"),
             )
-        kafka_sink, kafka_source = self.sink.kafka, self.source.window
+        if self.source.table is not None:
+            self._reproduce()
+        kafka_sink, kafka_source = self.sink.kafka, self.source.kafka_window
+        if kafka_sink and kafka_sink.partitioner != "murmur2" and kafka_source is not None:
+            raise _Bad(
+                "used only when re-producing from a table source",
+                "a Kafka-source backfill keeps source partitions (or places by murmur2): remove it",
+                got=kafka_sink.partitioner,
+                at=("sink", "kafka", "partitioner"),
+            )
         if kafka_sink and kafka_source and kafka_sink.topic in kafka_source.topics:
             raise _Bad(
                 "is a source topic",
@@ -170,6 +179,50 @@ class JobSpec(_Model):
                 at=("sink", "kafka", "topic"),
             )
         return self
+
+    def _reproduce(self) -> None:
+        """A table source re-produces entities to Kafka: one key (the entity id), JSON rows in,
+        a named topic, always transactional."""
+        table = self.source.table
+        assert table is not None
+        kafka = self.sink.kafka
+        if kafka is None:
+            raise _Bad(
+                "a table source re-produces to Kafka",
+                "give sink.kafka with the live topic or a dedicated one",
+                got=_Plain(f"sink.{self.sink.kind}"),
+                at=("sink",),
+            )
+        if kafka.topic is None:
+            raise _Bad(
+                "no topic given",
+                "name the live topic or a dedicated topic: there is no source topic to derive it from",
+                at=("sink", "kafka", "topic"),
+            )
+        if "transactional" in kafka.model_fields_set and not kafka.transactional:
+            raise _Bad(
+                "a re-produce is transactional",
+                "each work unit is one Kafka transaction with its marker: remove transactional: false",
+                got=False,
+                at=("sink", "kafka", "transactional"),
+            )
+        _fill(kafka, "transactional", True)
+        if self.decode.format != "json":
+            raise _Bad(
+                "a table source hands each row to the translate as a JSON object",
+                "use decode: json (decode.schema may type the columns)",
+                got=self.decode.format,
+                at=("decode",),
+            )
+        if not self.key:
+            _fill(self, "key", [table.key])
+        elif len(self.key) != 1:
+            raise _Bad(
+                "a re-produced record has one key: the entity id",
+                f"give one output column, like [{table.key}]",
+                got=self.key,
+                at=("key",),
+            )
 
     def _replaced_within_source(self) -> None:
         # rows of a replaced window the source does not cover would be deleted and never rewritten
@@ -197,7 +250,9 @@ class JobSpec(_Model):
     def replaced_window(self) -> tuple[datetime, datetime] | None:
         """The repaired window: the sink's ``window_from``/``window_to``, else the source window;
         None unless both ends are times."""
-        window = self.source.window
+        window = self.source.kafka_window
+        if window is None:
+            return None
         start, end = self.sink.window_bounds
         lo, hi = start or window.from_, end or window.to
         if isinstance(lo, datetime) and isinstance(hi, datetime):

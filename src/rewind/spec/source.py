@@ -1,4 +1,7 @@
-"""The ``source:`` section: a Kafka window, or history (the lake archive and the log)."""
+"""The ``source:`` section: a Kafka window, history (the lake archive and the log), or a table.
+
+The table source (entities of a source of truth, re-produced) is in :mod:`rewind.spec.table_source`.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from pydantic import (
 
 from rewind.core.windows import WindowRequest
 from rewind.spec.errors import _Bad, _Plain
+from rewind.spec.table_source import TableSource
 from rewind.spec.values import (
     _TOPIC,
     KafkaBound,
@@ -210,19 +214,32 @@ class HistorySource(KafkaSource):
 class Source(_Model):
     """Where the records come from: exactly one kind of source."""
 
-    KINDS: ClassVar[tuple[str, ...]] = ("kafka", "history")
+    KINDS: ClassVar[tuple[str, ...]] = ("kafka", "history", "table")
 
     kafka: KafkaSource | None = Field(default=None, description="Read a window of Kafka topics.")
     history: HistorySource | None = Field(
         default=None, description="Read a window across the lake archive and the Kafka log."
     )
+    table: TableSource | None = Field(
+        default=None,
+        description=(
+            "Re-produce current-state messages of selected entities from a table of a source of "
+            "truth (PostgreSQL, SQLite, Iceberg) to a Kafka topic; see docs/reproduce.md."
+        ),
+    )
 
     @property
     def window(self) -> KafkaSource:
-        """The window of either kind (a history source is a Kafka window plus an archive)."""
-        found = self.kafka or self.history
-        assert found is not None
+        """The window of either Kafka kind (a history source is a Kafka window plus an archive);
+        a table source has none (check :attr:`kafka_window` first)."""
+        found = self.kafka_window
+        assert found is not None, "a table source has no Kafka window"
         return found
+
+    @property
+    def kafka_window(self) -> KafkaSource | None:
+        """The Kafka window, or None for a table source."""
+        return self.kafka or self.history
 
     @model_validator(mode="after")
     def _one(self) -> Source:

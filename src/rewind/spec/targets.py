@@ -203,6 +203,15 @@ class KafkaTarget(_Model):
         default_factory=dict,
         description="Topic configs when Rewind creates the topic, like `{retention.ms: 604800000}`.",
     )
+    partitioner: Literal["murmur2", "crc32", "fnv1a"] = Field(
+        default="murmur2",
+        description=(
+            "How a record's partition follows from its key bytes, as the live producer computes it: "
+            "`murmur2` (the Java client's default, `toPositive(murmur2(key)) % partitions`), `crc32` "
+            "(librdkafka's default `consistent`) or `fnv1a` (librdkafka's `fnv1a`, Sarama's). Used "
+            "when re-producing from a table source, whose records always get an explicit partition."
+        ),
+    )
 
     @field_validator("topic")
     @classmethod
