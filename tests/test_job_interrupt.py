@@ -27,9 +27,9 @@ from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
 from tests.test_cli_errors import REWIND
 
-RECORDS = 1600
-UNITS = 4  # 400 records each, one wave (a run does up to 8 units per wave)
-RATE = 200.0  # records/s: the wave reads for 8 s
+RECORDS = 1200
+UNITS = 4  # 300 records each, one wave (a run does up to 8 units per wave)
+RATE = 200.0  # records/s: the wave reads for 6 s, the signal comes within ~0.1 s of its start
 QUARANTINE = "interrupt.rewind_quarantine"  # the default: beside the staging table
 
 
