@@ -47,9 +47,13 @@ class SchemaRegistryUnavailable(SchemaSourceError):
     task fails and Spark (or ``rewind resume``) retries it.
     """
 
-    def __init__(self, url: str, detail: str) -> None:
+    def __init__(self, url: str, detail: str, field: str = "decode.registry_url") -> None:
         self.url = url
+        where = (
+            "from where Spark runs (the task will be retried)"
+            if field.startswith("decode.")
+            else "from where Rewind runs"
+        )
         super().__init__(
-            f"schema registry at {url}: {detail}; check translate.avro.registry_url and that the "
-            "registry is reachable from where Spark runs (the task will be retried)"
+            f"schema registry at {url}: {detail}; check {field} and that the registry is reachable {where}"
         )
