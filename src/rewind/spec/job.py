@@ -133,6 +133,7 @@ class JobSpec(_Model):
                         got=column,
                         at=("key", i),
                     )
+        self._kafka_values()
         iceberg = self.sink.iceberg
         if self.quarantine.table is None:
             namespace = iceberg.namespace if iceberg else "rewind"
@@ -222,6 +223,39 @@ class JobSpec(_Model):
                 f"give one output column, like [{table.key}]",
                 got=self.key,
                 at=("key",),
+            )
+
+    def _kafka_values(self) -> None:
+        """``sink.kafka.encode: avro`` takes decode's schema folder or registry unless it names its own."""
+        kafka = self.sink.kafka
+        if kafka is None or kafka.encode != "avro":
+            return
+        if kafka.schema_dir is None and kafka.registry_url is None:
+            if self.decode.schema_dir is not None:
+                _fill(kafka, "schema_dir", self.decode.schema_dir)
+            elif self.decode.registry_url is not None:
+                _fill(kafka, "registry_url", self.decode.registry_url)
+            else:
+                raise _Bad(
+                    "needs a schema folder or a registry",
+                    "give sink.kafka.schema_dir or sink.kafka.registry_url (decode: avro lends its own)",
+                    got="avro",
+                    at=("sink", "kafka", "encode"),
+                )
+        for name in ("subject", "register_schema"):
+            if kafka.schema_dir is not None and getattr(kafka, name) not in (None, False):
+                raise _Bad(
+                    "not used with a schema folder",
+                    "the folder's highest <id>.avsc is the schema: remove it, or use a registry_url",
+                    got=getattr(kafka, name),
+                    at=("sink", "kafka", name),
+                )
+        if kafka.register_schema and self.decode.format != "avro":
+            raise _Bad(
+                "registers decode's reader schema, and decode is not avro",
+                "register the schema yourself and name its subject in sink.kafka.subject",
+                got=True,
+                at=("sink", "kafka", "register_schema"),
             )
 
     def _replaced_within_source(self) -> None:

@@ -199,6 +199,46 @@ class KafkaTarget(_Model):
             "transaction; consumers read with read_committed."
         ),
     )
+    encode: Literal["json", "avro"] = Field(
+        default="json",
+        description=(
+            "Record values: `json` (an object of the output columns) or `avro` (Confluent wire format: "
+            "magic byte, schema id, Avro body) with the latest schema of `schema_dir` or of `subject` in "
+            "`registry_url`; output columns map to fields by name, lineage stays in headers."
+        ),
+    )
+    schema_dir: str | None = Field(
+        default=None,
+        description=(
+            "`avro`: a folder of `.avsc` files named by schema id (`1.avsc`, `2.avsc`...), as "
+            "`decode.schema_dir`; values are written with the highest id (`latest.avsc`, if present, "
+            "must be that schema). Default: `decode.schema_dir` when decode is avro."
+        ),
+        json_schema_extra={"doc_default": "`decode.schema_dir`"},
+    )
+    registry_url: str | None = Field(
+        default=None,
+        description=(
+            "`avro`: a Confluent-compatible schema registry; values are written with the latest "
+            "version of `subject`. Default: `decode.registry_url` when decode is avro."
+        ),
+        json_schema_extra={"doc_default": "`decode.registry_url`"},
+    )
+    subject: str | None = Field(
+        default=None,
+        description="`avro` with a registry: the subject whose latest version values are written with.",
+        json_schema_extra={"doc_default": "`<topic>-value`"},
+    )
+    register_schema: bool = Field(
+        default=False,
+        description=(
+            "`avro` with a registry: write with decode's reader schema (the schema every record was "
+            "evolved to), registering it under `subject` when the run starts (the registry checks "
+            "compatibility)."
+        ),
+    )
+
+    AVRO_ONLY: ClassVar[tuple[str, ...]] = ("schema_dir", "registry_url", "subject", "register_schema")
     configs: dict[str, str] = Field(
         default_factory=dict,
         description="Topic configs when Rewind creates the topic, like `{retention.ms: 604800000}`.",
@@ -221,6 +261,37 @@ class KafkaTarget(_Model):
                 "not a topic name", "a topic name is 1-249 of letters, digits, '.', '_' and '-'", got=topic
             )
         return topic
+
+    @field_validator("registry_url")
+    @classmethod
+    def _registry(cls, url: str | None) -> str | None:
+        if url is not None and not re.match(r"https?://[^/\s]+", url):
+            raise _Bad("not an http(s) URL", "like http://registry:8081", got=url)
+        return url
+
+    @field_validator("schema_dir", "subject")
+    @classmethod
+    def _non_empty(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise _Bad("empty", "remove the field or give a value", got=value)
+        return value
+
+    @model_validator(mode="after")
+    def _encoding(self) -> KafkaTarget:
+        for name in self.AVRO_ONLY:
+            value = getattr(self, name)
+            if self.encode != "avro" and value not in (None, False):
+                raise _Bad(
+                    "used only by encode: avro", "remove it or set encode: avro", got=value, at=(name,)
+                )
+        if self.schema_dir is not None and self.registry_url is not None:
+            raise _Bad(
+                "given with registry_url",
+                "give a registry_url or a schema_dir, not both",
+                got=self.schema_dir,
+                at=("schema_dir",),
+            )
+        return self
 
     @field_validator("configs", mode="before")
     @classmethod

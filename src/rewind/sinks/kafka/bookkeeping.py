@@ -60,6 +60,8 @@ class KafkaStaging:
     configs: dict[str, str] = field(default_factory=dict)
     read_committed: str = "not-probed"
     bookkeeping: str = BOOKKEEPING_TOPIC
+    value_format: dict[str, Any] | None = None
+    """None: JSON values; else the pinned Avro writer schema (``avro_target.pinned``)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -81,6 +83,7 @@ class KafkaStaging:
             configs={str(k): str(v) for k, v in (data.get("configs") or {}).items()},
             read_committed=str(data.get("read_committed") or "not-probed"),
             bookkeeping=str(data.get("bookkeeping") or BOOKKEEPING_TOPIC),
+            value_format=data.get("value_format") or None,
         )
 
     @property

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from confluent_kafka import Producer
 
+    from rewind.sinks.kafka.avro_values import AvroValues
     from rewind.sinks.kafka.records import EncodedBatch
 
 if TYPE_CHECKING:  # the sink builds the writer: a runtime import would be a cycle
@@ -105,10 +106,14 @@ class CommitWriter:
         """Produce every row not of ``skipped_units`` and not ``present``; (rows, produced)."""
         from confluent_kafka import KafkaException
 
+        from rewind.sinks.kafka.avro_target import values_of
         from rewind.sinks.kafka.records import RecordEncoder
 
         producer = self.producer
-        encoder = RecordEncoder(self.schema, self.sink.key)
+        avro = values_of(self.staging.value_format, self.schema)
+        if avro is not None:
+            check_files(files, avro)  # a value the schema cannot hold: refused before anything is produced
+        encoder = RecordEncoder(self.schema, self.sink.key, avro.encode if avro is not None else None)
         same = self.staging.same_partition_topics
         rows = produced = 0
         for path in sorted(files, key=_source_order):
@@ -190,16 +195,57 @@ def event_ids_in(
 class DecodeRecords:
     """The ``mapInArrow`` function of :meth:`KafkaTopicSink.read` (plain data: it is pickled)."""
 
-    def __init__(self, schema_b64: str, run_id: str) -> None:
+    def __init__(self, schema_b64: str, run_id: str, value_format: dict[str, Any] | None = None) -> None:
         self.schema_b64 = schema_b64
         self.run_id = run_id
+        self.value_format = value_format
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from rewind.sinks.kafka.avro_target import values_of
         from rewind.sinks.kafka.records import decode_records
 
         schema = schema_from_b64(self.schema_b64)
+        avro = values_of(self.value_format, schema)
         for batch in batches:
-            yield decode_records(batch, schema, self.run_id)
+            yield decode_records(batch, schema, self.run_id, avro.decode if avro is not None else None)
+
+
+def check_files(files: list[str], avro: AvroValues) -> None:
+    """Check every value of the files the Avro schema must check one by one (nulls where the
+    field has none, enum symbols, fixed sizes, nested values); Parquet statistics spare reading
+    a column whose null count is known to be 0."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from rewind.sinks.kafka.avro_values import SOURCE_COLUMNS
+
+    nullable_not, by_value = avro.checked_columns()
+    for path in files:
+        fs, inner = pafs.FileSystem.from_uri(path)
+        with fs.open_input_file(inner) as handle:
+            parquet = pq.ParquetFile(handle)
+            names = parquet.schema_arrow.names
+            read = [c for c in by_value if c in names]
+            read += [c for c in nullable_not if c in names and c not in read and _nulls_possible(parquet, c)]
+            if not read:
+                continue
+            columns = read + [c for c in SOURCE_COLUMNS if c in names]
+            for batch in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns):
+                avro.check(batch)
+
+
+def _nulls_possible(parquet: Any, column: str) -> bool:
+    """False when every row group's statistics say the column has no null."""
+    meta = parquet.metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    if column not in names:
+        return True  # a nested column: several leaves, read it
+    index = names.index(column)
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(index).statistics
+        if stats is None or not stats.has_null_count or stats.null_count:
+            return True
+    return False
 
 
 @contextlib.contextmanager

@@ -3,8 +3,10 @@
 One output row (user columns + lineage columns, see ``docs/design-backfill.md``) becomes one
 Kafka record:
 
-* **value**: a JSON object of the user columns (every output column not starting with
-  ``_rewind_``), compact, UTF-8. Types: strings, integers, booleans and floats as JSON
+* **value**: with ``sink.kafka.encode: avro``, the user columns as Avro in the Confluent wire
+  format (see :mod:`rewind.sinks.kafka.avro_values`); otherwise (``json``, the default) a
+  JSON object of the user columns (every output column not starting with ``_rewind_``),
+  compact, UTF-8. Types: strings, integers, booleans and floats as JSON
   (NaN and infinities become ``null``: JSON has none); timestamps as ISO-8601 strings with
   microseconds (``2026-10-01T00:00:00.000000Z`` when the column has a time zone, no ``Z``
   when it has none); dates, times and decimals as strings (``"2026-10-01"``, ``"12.50"``,
@@ -109,16 +111,26 @@ ProduceFn = Callable[..., None]
 
 
 class RecordEncoder:
-    """Encodes Arrow batches of output rows into Kafka records (see the module docstring)."""
+    """Encodes Arrow batches of output rows into Kafka records (see the module docstring).
 
-    def __init__(self, schema: pa.Schema, key_columns: Sequence[str]) -> None:
+    ``values``, when given, makes each batch's values at once (Avro); otherwise each JSON
+    value is made inside the produce loop.
+    """
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        key_columns: Sequence[str],
+        values: Callable[[pa.RecordBatch], list[bytes]] | None = None,
+    ) -> None:
         self.schema = schema
         self.user = user_columns(schema)
         self.key_columns = tuple(key_columns)
         missing = [k for k in self.key_columns if k not in self.user]
         if missing:
             raise ValueError(f"key column(s) {missing} are not output columns")
-        self._loop = _produce_loop(self.user)
+        self._values = values
+        self._loop = _produce_loop(self.user) if values is None else _produce_loop(["value"], prebuilt=True)
         self._composite_key = _row_json(list(self.key_columns)) if len(self.key_columns) > 1 else None
 
     def encode(self, batch: pa.RecordBatch) -> EncodedBatch:
@@ -126,7 +138,8 @@ class RecordEncoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        columns = {name: json_ready(batch.column(name)) for name in self.user}
+        wanted = self.user if self._values is None else self.key_columns
+        columns = {name: json_ready(batch.column(name)) for name in wanted}
         event_ids = _plain(batch.column(EVENT_ID))
         topics = batch.column(SOURCE_TOPIC)
         partitions = batch.column(SOURCE_PARTITION)
@@ -137,7 +150,7 @@ class RecordEncoder:
         millis = batch.column(SOURCE_TIMESTAMP).cast(pa.timestamp("ms", "UTC"), safe=False).cast(pa.int64())
         synthetic = pc.if_else(batch.column(SYNTHETIC), "true", "false")
         return EncodedBatch(
-            columns=[columns[n] for n in self.user],
+            columns=[columns[n] for n in self.user] if self._values is None else [self._values(batch)],
             keys=self._keys(batch, columns, event_ids),
             timestamps=_plain(pc.fill_null(millis, 0)),
             source_topics=_plain(topics),
@@ -154,7 +167,9 @@ class RecordEncoder:
         )
 
     def values(self, encoded: EncodedBatch) -> list[bytes]:
-        """The JSON values of a batch as a list (for tests and small batches)."""
+        """The values of a batch as a list (for tests and small batches)."""
+        if self._values is not None:
+            return list(encoded.columns[0])
         if not self.user:
             return [b"{}"] * len(encoded)
         return _row_json(self.user)(*encoded.columns)
@@ -268,10 +283,14 @@ def _row_json(names: list[str]) -> Callable[..., list[bytes]]:
     return _compile(source, "row_json")
 
 
-def _produce_loop(names: list[str]) -> Callable[..., int]:
-    """The hot loop: one ``dumps`` and one ``produce`` per row, generated for the columns."""
+def _produce_loop(names: list[str], prebuilt: bool = False) -> Callable[..., int]:
+    """The hot loop: one ``dumps`` and one ``produce`` per row, generated for the columns
+    (``prebuilt``: one column holds the values, made before the loop)."""
     params = [f"c{i}" for i in range(len(names))]
-    value = f"dumps({_dict_literal(names, params)}, default=default)" if names else "b'{}'"
+    if prebuilt:
+        value = "c0"
+    else:
+        value = f"dumps({_dict_literal(names, params)}, default=default)" if names else "b'{}'"
     row = ", ".join(["k", "p", "ts", "eid", "src", "h0", "h1", "h2", "h3", "h4", "ok", *params])
     columns = "".join(", " + p for p in params)
     source = (
@@ -388,7 +407,16 @@ def _from_text(column: pa.ChunkedArray | pa.Array, kind: pa.DataType) -> pa.Arra
     return column.cast(kind)
 
 
-def decode_records(batch: pa.RecordBatch, schema: pa.Schema, run_id: str | None = None) -> pa.RecordBatch:
+ValueDecoder = Callable[[list[Any]], list[dict[str, Any]]]
+"""Values read back → one record (dict) per value (the Avro sink's; JSON is read by Arrow)."""
+
+
+def decode_records(
+    batch: pa.RecordBatch,
+    schema: pa.Schema,
+    run_id: str | None = None,
+    value_decoder: ValueDecoder | None = None,
+) -> pa.RecordBatch:
     """Records read back (``key``, ``value``, ``timestamp``, ``headers``) → output rows of ``schema``.
 
     Records without Rewind's lineage headers, or of another run when ``run_id`` is given,
@@ -409,7 +437,11 @@ def decode_records(batch: pa.RecordBatch, schema: pa.Schema, run_id: str | None 
         headers = {k: v.take(pa.array(index)) for k, v in headers.items()}
     out: dict[str, Any] = {}
     user = user_columns(schema)
-    if user and batch.num_rows:
+    if user and batch.num_rows and value_decoder is not None:
+        records = value_decoder(batch.column("value").to_pylist())
+        for name in user:
+            out[name] = _typed([r.get(name) for r in records], schema.field(name).type)
+    elif user and batch.num_rows:
         json_schema = pa.schema([pa.field(n, _json_type(schema.field(n).type)) for n in user])
         values = batch.column("value").to_pylist()
         table = pj.read_json(
@@ -451,6 +483,17 @@ def decode_records(batch: pa.RecordBatch, schema: pa.Schema, run_id: str | None 
             column = column.combine_chunks()
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _typed(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """Python values → an Arrow column of ``kind`` (through the values' own type when a
+    promotion was written, like an int column read back from a double field)."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(values, kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array(values).cast(kind)
 
 
 def _header_columns(batch: pa.RecordBatch) -> dict[str, pa.Array]:

@@ -8,8 +8,9 @@ defaults to ``-1`` and ``message.timestamp.type`` to ``CreateTime``, because the
 their SOURCE timestamps (event time, often months old): a time-based retention would find
 them expired at once, and LogAppendTime would overwrite them. ``rewind cleanup RUN`` deletes the topic.
 
-Records: see :mod:`rewind.sinks.kafka.records` (value = JSON of the user columns, key = the
-business key, lineage in headers, timestamp = the source timestamp). A record keeps its
+Records: see :mod:`rewind.sinks.kafka.records` (value = JSON of the user columns, or Avro
+with ``sink.kafka.encode: avro`` in the schema pinned at prepare (:mod:`.avro_target`), key =
+the business key, lineage in headers, timestamp = the source timestamp). A record keeps its
 source partition when the topic has as many partitions as its source topic (so per-key order
 of the source is kept); otherwise the producer's murmur2 partitioner places it by key, as the
 Java client would.
@@ -90,6 +91,7 @@ from rewind import faults
 from rewind.core.arrow import schema_from_b64, schema_to_b64
 from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.sinks.base import StagingSink, Swap
+from rewind.sinks.kafka.avro_target import AvroTarget, avro_target_of
 from rewind.sinks.kafka.bookkeeping import (
     BOOKKEEPING_TOPIC,
     KafkaStaging,
@@ -142,6 +144,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         key: list[str] | None = None,
         spool_dir: Path | str = Path(".rewind/spool/kafka"),
         bookkeeping: str = BOOKKEEPING_TOPIC,
+        avro: AvroTarget | None = None,
     ) -> None:
         if topic is None and not source_topics:
             raise KafkaSinkError("sink.kafka.topic is required when the source is not a Kafka topic")
@@ -154,6 +157,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         self.key = list(key or [])
         self.spool_dir = Path(spool_dir)
         self.bookkeeping = bookkeeping
+        self.avro = avro  # None: JSON values
         self._clean: dict[str, bool] = {}  # run id → the log holds nothing of it past its last marker
         self._known: dict[str, RunLog] = {}  # run id → its bookkeeping, as of this sink's last commit
 
@@ -171,6 +175,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             configs=dict(kafka.configs),
             key=list(spec.key),
             spool_dir=settings.state_path / "spool" / "kafka",
+            avro=avro_target_of(spec),
         )
 
     @property
@@ -199,6 +204,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             RecordEncoder(schema, self.key)
         except ValueError as exc:
             raise KafkaSinkError(f"sink.kafka: {exc}; key columns must be output columns") from None
+        values = "" if self.avro is None else f"; {self.avro.check(self.topic, schema)}"
         md = cluster_metadata(self.conf)
         missing = [t for t in self.source_topics if t not in md.topics]
         if missing:
@@ -219,13 +225,13 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
                     f"topic {self.topic} exists with {have} partitions, sink.kafka.partitions is "
                     f"{self.partitions}; delete it or drop sink.kafka.partitions"
                 )
-            return f"{self.topic} exists and is empty ({have} partitions): the output goes there"
+            return f"{self.topic} exists and is empty ({have} partitions): the output goes there{values}"
         if wanted is None:
             raise KafkaSinkError("sink.kafka.partitions is required when the source is not a Kafka topic")
         name = self.topic or f"{source}.backfill.<run id>"
         keeps = source is not None and len(md.topics[source].partitions) == wanted
         placement = "records keep their source partition" if keeps else "records are placed by key"
-        return f"a new topic {name} with {wanted} partitions is created: {placement}"
+        return f"a new topic {name} with {wanted} partitions is created: {placement}{values}"
 
     # -- staging ------------------------------------------------------------------------------
 
@@ -302,6 +308,8 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             }
             start = dict.fromkeys(range(partitions), 0)
             created = True
+        # the Avro schema: resolved (registered when allowed) and fitted before anything is written
+        value_format = None if self.avro is None else self.avro.pin(topic, schema)
         staging = KafkaStaging(
             target=self.target,
             topic=topic,
@@ -315,6 +323,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             configs=configs,
             read_committed=probe_read_committed(self.conf) if self.transactional else "not-probed",
             bookkeeping=self.bookkeeping,
+            value_format=value_format,
         )
         write_bookkeeping(
             self.conf,
@@ -488,7 +497,8 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             .option("endingOffsets", "latest")
             .load()
         )
-        return df.mapInArrow(DecodeRecords(staging.schema_b64, staging.run_id), from_arrow_schema(schema))
+        decode = DecodeRecords(staging.schema_b64, staging.run_id, staging.value_format)
+        return df.mapInArrow(decode, from_arrow_schema(schema))
 
     # -- publishing ---------------------------------------------------------------------------
 
