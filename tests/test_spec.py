@@ -396,7 +396,11 @@ def test_more_errors_are_counted() -> None:
 @pytest.mark.parametrize(
     ("path", "allowed"),
     [
-        ("nmae", "name, description, source, decode, translate, key, sink, guards, run, quarantine, verify"),
+        (
+            "nmae",
+            "name, description, source, decode, translate, key, sink, guards, run, quarantine, "
+            "verify, shadow",
+        ),
         ("source.kafak", "kafka, history, table"),
         ("source.kafka.topic", "topics, from, to, declared_log_start"),
         ("decode.registry", "format, registry_url, schema_dir, reader_schema, subject, schema, null_value"),

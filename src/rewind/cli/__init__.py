@@ -12,6 +12,7 @@ from rewind.cli.app import app
 # the import order is the order of the commands in `rewind --help`
 # isort: off
 from rewind.cli import stack_commands, run_commands, verify_commands, history_commands, groups_commands
+from rewind.cli import shadow_commands
 # isort: on
 
 __all__ = ["app", "main"]
@@ -22,6 +23,7 @@ _COMMANDS = (  # registered on import
     verify_commands,
     history_commands,
     groups_commands,
+    shadow_commands,
 )
 
 

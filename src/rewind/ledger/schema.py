@@ -195,3 +195,31 @@ group_resets = Table(
     Column("undone_by", String(300)),
     Index("ix_rewind_group_resets_group_at", "group_id", "at"),
 )
+
+shadows = Table(
+    "rewind_shadows",
+    metadata,
+    # one row per shadow migration (named by its job); see rewind.ledger.shadows
+    Column("name", String(128), primary_key=True),
+    Column("run_id", String(128), nullable=False),  # the history run whose staging is v2
+    Column("fingerprint", String(64), nullable=False),  # the spec's: a restart must be the same job
+    Column("state", String(20), nullable=False),
+    Column("history_end", JSONType),  # {topic: {partition: offset}}: where the live tail starts
+    Column("checkpoint", Text, nullable=False),  # the tail's Spark checkpoint folder
+    Column("details", JSONType, nullable=False),  # cut line, cutover, repoint: what happened
+    Column("username", String(200), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+shadow_events = Table(
+    "rewind_shadow_events",
+    metadata,
+    # what a shadow measured and decided, oldest first: lag samples, verify results, proofs
+    Column("id", BigInt, primary_key=True, autoincrement=True),
+    Column("name", String(128), ForeignKey("rewind_shadows.name"), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("details", JSONType, nullable=False),
+    Index("ix_rewind_shadow_events_name_kind", "name", "kind", "id"),
+)

@@ -18,6 +18,7 @@ from rewind.core.windows import WindowRequest
 from rewind.secrets import mask
 from rewind.spec.errors import _Bad, _Plain
 from rewind.spec.run import Guards, Quarantine, RunSettings
+from rewind.spec.shadow import Shadow
 from rewind.spec.source import Source
 from rewind.spec.targets import SinkConfig
 from rewind.spec.transform import Decode, Translate
@@ -78,6 +79,14 @@ class JobSpec(_Model):
         default=None,
         description=(
             "How `rewind verify` reconciles staging with a reference; absent: `{reference: {target: true}}`."
+        ),
+    )
+    shadow: Shadow | None = Field(
+        default=None,
+        description=(
+            "`rewind shadow`: rebuild the target as a v2 from history, follow the live topic, verify "
+            "against v1 and cut over. Needs a history source and a PostgreSQL (or SQLite) sink in "
+            "upsert mode."
         ),
     )
 
@@ -223,6 +232,48 @@ class JobSpec(_Model):
                 f"give one output column, like [{table.key}]",
                 got=self.key,
                 at=("key",),
+            )
+
+    def _shadowable(self) -> None:
+        # the tail continues the history run on the live log: it needs the whole history and
+        # a target that is a table rows can be upserted into by key
+        if self.source.history is None:
+            raise _Bad(
+                "needs a history source",
+                "a shadow rebuilds v2 from all history: use source.history with an archive",
+                at=("shadow",),
+            )
+        if self.sink.postgres is None:
+            raise _Bad(
+                f"needs a PostgreSQL (or SQLite) sink, not sink.{self.sink.kind}",
+                "a shadow upserts v2 on the key: use sink.postgres (Iceberg targets are not supported yet)",
+                at=("shadow",),
+            )
+        if self.sink.postgres is not None and self.sink.postgres.mode != "upsert":
+            raise _Bad(
+                "needs sink.postgres.mode upsert",
+                "the live tail and the cut line's overlap are absorbed by upserts on the key",
+                got=self.sink.postgres.mode,
+                at=("sink", "postgres", "mode"),
+            )
+        if not self.key:
+            raise _Bad(
+                "needs a key",
+                "a shadow upserts v2 on the business key: list the key columns",
+                at=("key",),
+            )
+        if self.translate.fold is not None:
+            raise _Bad(
+                "is not supported with translate.fold",
+                "a shadow upserts one row per event on the key; remove translate.fold",
+                at=("translate", "fold"),
+            )
+        if self.source.window.to != "latest":
+            raise _Bad(
+                "a shadow's history ends at latest",
+                "remove source.history.to (the live tail continues where history ends)",
+                got=self.source.window.to,
+                at=("source", "history", "to"),
             )
 
     def _kafka_values(self) -> None:

@@ -154,8 +154,15 @@ class SqlSink(StagingSink[SqlStaging]):
         spool_dir: str | Path = ".rewind/spool",
         lock_timeout_s: float = 5.0,
         lock_wait_s: float = 120.0,
+        copy_target: bool = True,
     ) -> None:
-        """No I/O here: the engine is made on first use."""
+        """No I/O here: the engine is made on first use.
+
+        ``copy_target=False`` (a shadow's v2, rebuilt from all history): staging is created like
+        the target but empty; its recorded base is the target as it was then, so a promotion
+        still refuses a target that moved since that base (a shadow re-records it at its cut line).
+        """
+        self.copy_target = copy_target
         self.url = sqlalchemy_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
         self.table_name = table
@@ -188,7 +195,14 @@ class SqlSink(StagingSink[SqlStaging]):
                     "set sink.postgres.url: postgresql://user@host:5432/db"
                 )
             url = ledger
-        return cls(url, cfg.table, mode=cfg.mode, key=spec.key, spool_dir=settings.state_path / "spool")
+        return cls(
+            url,
+            cfg.table,
+            mode=cfg.mode,
+            key=spec.key,
+            spool_dir=settings.state_path / "spool",
+            copy_target=spec.shadow is None,
+        )
 
     @property
     def target(self) -> str:
@@ -338,7 +352,11 @@ class SqlSink(StagingSink[SqlStaging]):
                 )
             if existed:
                 self._backend.create_like(tx, name, sname)
-                rows, fingerprint = self._backend.fingerprint(tx, sname)
+                if self.copy_target:
+                    rows, fingerprint = self._backend.fingerprint(tx, sname)
+                else:
+                    tx.cur.execute(f"DELETE FROM {sname.sql}")
+                    rows, fingerprint = self._backend.fingerprint(tx, name)
             else:
                 self._backend.create_new(
                     tx, sname, schema, self.conflict_columns, key_index_name(sname.name)
@@ -358,7 +376,8 @@ class SqlSink(StagingSink[SqlStaging]):
                     updated_at=now,
                 )
             )
-            log.info("prepared %s for run %s (%s rows copied)", sname, run_id, rows)
+            how = "copied" if self.copy_target else "in the target, none copied"
+            log.info("prepared %s for run %s (%s rows %s)", sname, run_id, rows, how)
             return self._staging(name, run_id, existed, rows if existed else None)
 
     def _resume(self, tx: Tx, name: TableName, sname: TableName, row: Any, schema: pa.Schema) -> SqlStaging:

@@ -1,0 +1,90 @@
+"""How far the shadow is behind: per partition against the log end and the live group.
+
+A sample is taken from the truth on each side: v2's position from the units its sink
+committed (:mod:`rewind.shadow.positions`), the log end from a fetch (the true high
+watermark), the live group's committed offsets from the broker. The shadow is
+``caught-up`` when every sample of the last ``caught_up_for_s`` seconds (and at least one
+that old) had every partition's lag against the log end at most ``lag_threshold``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from rewind.shadow.positions import coverage
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
+    from rewind.ledger.shadows import ShadowEvent
+    from rewind.spec.shadow import Shadow
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    position: int  # every offset below it is in v2
+    log_end: int
+    group: int | None  # the live group's committed offset (None: nothing committed)
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.log_end - self.position)
+
+    @property
+    def group_lag(self) -> int | None:
+        return None if self.group is None else self.group - self.position
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "position": self.position,
+            "log_end": self.log_end,
+            "group_offset": self.group,
+            "lag": self.lag,
+            "group_lag": self.group_lag,
+        }
+
+
+def sample(
+    settings: Settings, topics: Sequence[str], live_group: str, committed_units: Sequence[str]
+) -> list[PartitionLag]:
+    """One lag sample of every partition of ``topics``."""
+    from rewind.kafka import groups
+
+    conf = settings.kafka_config()
+    covered = coverage(committed_units)
+    committed = groups.committed_offsets(conf, live_group, list(topics))  # every partition of topics
+    tps = sorted(committed)
+    bounds = groups.log_bounds(conf, tps)
+    out = []
+    for tp in tps:
+        cov = covered.get(tp)
+        out.append(PartitionLag(tp[0], tp[1], cov.end if cov else 0, bounds[tp].high, committed.get(tp)))
+    return out
+
+
+def caught_up(samples: Sequence[ShadowEvent], config: Shadow, now: datetime) -> tuple[bool, str]:
+    """Whether the lag stayed under the threshold for ``caught_up_for_s``, and why (not)."""
+    if not samples:
+        return False, "no lag sample yet"
+    window_start = now - timedelta(seconds=config.caught_up_for_s)
+    recent = [s for s in samples if s.at >= window_start]
+    older = [s for s in samples if s.at < window_start]
+    if not recent or (config.caught_up_for_s > 0 and not older):
+        return False, f"lag measured for less than {config.caught_up_for_s:g} s"
+    for s in [older[-1], *recent] if older else recent:
+        worst = max_lag(s.details)
+        if worst > config.lag_threshold:
+            return False, (
+                f"lag {worst} > threshold {config.lag_threshold} at {s.at.isoformat(timespec='seconds')}"
+            )
+    return True, f"every partition's lag <= {config.lag_threshold} for {config.caught_up_for_s:g} s"
+
+
+def max_lag(details: Mapping[str, Any]) -> int:
+    return max((int(p["lag"]) for p in details.get("partitions", [])), default=0)

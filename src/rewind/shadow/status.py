@@ -1,0 +1,59 @@
+"""``rewind shadow status NAME``: lag per partition now, caught-up, and the lag history."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rewind.shadow.lag import caught_up, max_lag, sample
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
+
+
+def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[str, Any]:
+    """A fresh lag sample (v2's committed units against the log end and the live group) and the
+    caught-up verdict over the samples the running tail recorded."""
+    from rewind.job.service import open_ledger
+    from rewind.shadow.context import load_shadow
+
+    ledger = open_ledger(settings)
+    try:
+        ctx = load_shadow(settings, ledger, name)
+        config = ctx.config
+        lag = sample(settings, ctx.spec.source.window.topics, config.live_group, ctx.committed_units())
+        now = ledger.clock()
+        window = int(config.caught_up_for_s) + 120  # enough samples to cover the window at any pace
+        events = ctx.store.events(name, "lag", limit=max(history, window))
+        ok, reason = caught_up(events, config, now)
+        if ctx.record.state != "tailing":
+            ok, reason = False, f"the shadow is {ctx.record.state}, not tailing"
+        return {
+            "shadow": name,
+            "state": ctx.record.state,
+            "run_id": ctx.record.run_id,
+            "live_group": config.live_group,
+            "history_end": ctx.record.history_end,
+            "partitions": [p.to_dict() for p in lag],
+            "max_lag": max((p.lag for p in lag), default=0),
+            "caught_up": ok,
+            "caught_up_reason": reason,
+            "lag_threshold": config.lag_threshold,
+            "caught_up_for_s": config.caught_up_for_s,
+            "lag_history": [
+                {
+                    "at": e.at.isoformat(timespec="seconds"),
+                    "max_lag": max_lag(e.details),
+                    "max_group_lag": max(
+                        (
+                            p["group_lag"]
+                            for p in e.details.get("partitions", [])
+                            if p["group_lag"] is not None
+                        ),
+                        default=None,
+                    ),
+                }
+                for e in events[-history:]
+            ],
+        }
+    finally:
+        ledger.close()

@@ -1,0 +1,154 @@
+"""``rewind shadow start``: history into v2, then the live tail, killed with -9 and restarted.
+
+A producer keeps writing keyed order events during the whole test. The shadow is killed in
+its history run (after a unit commit, before the ledger heard of it) and in its live tail
+(after a micro-batch's commit, before Spark marked the batch done, so Spark replays it), and
+started again each time. Finally v2 must hold, for every order, exactly its last event (a
+clean recomputation from Kafka), and the unit ranges its sink committed must tile each
+partition from 0 to the log end with no gap and no overlap. Runs on noida-db (fast groups);
+the data is small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rewind.config import Settings, load_settings
+from rewind.history import archive_once
+from rewind.shadow.positions import coverage
+from tests import shadow_fixtures as sf
+from tests.brokers import TestBroker
+from tests.kafka_util import create_topic
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shadow_env(tmp_path: Path, bootstrap: str) -> dict[str, str]:
+    return {
+        "REWIND_STATE_DIR": str(tmp_path / "state"),
+        "REWIND_BOOTSTRAP_SERVERS": bootstrap,
+        "REWIND_SPARK_CONF": json.dumps(
+            {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+        ),
+    }
+
+
+def run_child(
+    env: dict[str, str], spec: Path, done: Path, cwd: Path, fault: str | None = None, limit: float = 150
+) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
+    full.update(env)
+    full["PYTHONPATH"] = str(ROOT)
+    if fault:
+        full["REWIND_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "tests.shadow_child", str(spec), str(done), str(limit)],
+        env=full,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+
+def rewind(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
+    full.update(env)
+    full["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [str(ROOT / ".venv/bin/rewind"), *args],
+        env=full,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+
+def prepared(
+    noida_broker: TestBroker, spark: Any, tmp_path: Path, name: str
+) -> tuple[Settings, dict[str, Any], str, Path, Path]:
+    """A keyed topic with 300 events per partition, the first 150 of each archived (and
+    declared gone from the log), and the spec of a shadow over it."""
+    env = shadow_env(tmp_path, noida_broker.bootstrap)
+    settings = load_settings(env=env, cwd=tmp_path)
+    conf = settings.kafka_config()
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, topic, 2)
+    sf.produce_range(conf, topic, 0, 400)
+    archive = f"lake.archive_{uuid.uuid4().hex[:6]}"
+    archive_once(settings, [topic], archive, spark=spark)
+    sf.produce_range(conf, topic, 400, 600)
+    db = tmp_path / "read_model.db"
+    data = sf.spec_data(name, topic, archive, 150, db, "orders", f"live-{topic}")
+    spec = sf.write_spec(tmp_path / "shadow.yaml", data)
+    return settings, conf, topic, db, spec
+
+
+def test_a_shadow_killed_in_history_and_in_its_tail_continues_with_no_gap_and_no_duplicate(
+    noida_broker: TestBroker, spark: Any, tmp_path: Path
+) -> None:
+    settings, conf, topic, db, spec = prepared(noida_broker, spark, tmp_path, "shadow-kill")
+    env = shadow_env(tmp_path, noida_broker.bootstrap)
+    done = tmp_path / "producer-done"
+    producer = sf.LiveProducer(conf, topic, 600, rate=40)
+    producer.start()
+    try:
+        first = run_child(env, spec, done, tmp_path, fault="after-sink-commit")  # in the history run
+        assert first.returncode == -9, first.stderr[-3000:]
+        second = run_child(env, spec, done, tmp_path, fault="shadow-after-batch-commit:2")  # in the tail
+        assert second.returncode == -9, second.stderr[-3000:]
+    finally:
+        last = producer.stop()
+    # the last start is the CLI's, until the shadow is caught up (lag 0 for 1 s: the producer stopped)
+    third = rewind(env, tmp_path, "shadow", "start", str(spec), "--until-caught-up", "--json")
+    assert third.returncode == 0, third.stderr[-3000:]
+    result = json.loads(third.stdout)
+    assert result["state"] == "tailing"
+    assert result["replayed"] == 1, "the batch committed before the kill is replayed by Spark and skipped"
+    assert result["max_lag"] == 0 and result["caught_up"] is True
+
+    shown = rewind(env, tmp_path, "shadow", "status", "shadow-kill", "--json")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    status = json.loads(shown.stdout)
+    assert [(p["partition"], p["lag"], p["group_offset"]) for p in status["partitions"]] == [
+        (0, 0, None),
+        (1, 0, None),
+    ]
+    assert status["lag_history"][-1]["max_lag"] == 0
+    assert len(status["lag_history"]) >= 2, "caught-up was judged over more than one sample"
+    assert status["caught_up"] is False, (
+        "caught-up is the running tail's: a stopped shadow records no new samples"
+    )
+
+    from rewind.ledger import Ledger
+    from rewind.ledger.shadows import ShadowStore
+
+    ledger = Ledger.open(settings.ledger)
+    try:
+        record = ShadowStore(ledger.engine).get("shadow-kill")
+        staging = ledger.get_run(record.run_id).staging
+    finally:
+        ledger.close()
+    assert record.history_end is not None
+    assert sum(record.history_end[topic].values()) >= 600  # history read at least what was there first
+
+    expected = sf.expected_rows(conf, topic)
+    assert len(expected) == sf.ORDERS and last > 600
+    rows = sf.table_rows(db, staging["table"])
+    assert len(rows) == len({r[0] for r in rows}), "no order twice"
+    assert {r[0]: (r[1], r[2], r[3], r[4]) for r in rows} == expected
+
+    units = sf.committed_units(db, record.run_id)
+    tiles = coverage(units)
+    ends = {p: (last // 2 + (1 if last % 2 > p else 0)) for p in (0, 1)}
+    for p in (0, 1):
+        cov = tiles[(topic, p)]
+        assert cov.ranges == ((0, ends[p]),), f"partition {p} is covered once, with no gap: {cov}"
+        assert cov.overlaps == ()
