@@ -144,6 +144,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         key: list[str] | None = None,
         spool_dir: Path | str = Path(".rewind/spool/kafka"),
         bookkeeping: str = BOOKKEEPING_TOPIC,
+        existing_ok: bool = False,
         avro: AvroTarget | None = None,
     ) -> None:
         if topic is None and not source_topics:
@@ -157,6 +158,9 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         self.key = list(key or [])
         self.spool_dir = Path(spool_dir)
         self.bookkeeping = bookkeeping
+        # a re-produce (table source) writes into the live topic or a dedicated one that may
+        # already hold records; a backfill of Kafka records writes to a topic of its own
+        self.existing_ok = existing_ok
         self.avro = avro  # None: JSON values
         self._clean: dict[str, bool] = {}  # run id → the log holds nothing of it past its last marker
         self._known: dict[str, RunLog] = {}  # run id → its bookkeeping, as of this sink's last commit
@@ -168,13 +172,14 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             raise KafkaSinkError(f"job {spec.name}: sink is {spec.sink.kind}, not kafka")
         return cls(
             settings.kafka_config(),
-            source_topics=list(spec.source.window.topics),
+            source_topics=list(spec.source.window.topics) if spec.source.kafka_window else [],
             topic=kafka.topic,
             partitions=kafka.partitions,
             transactional=kafka.transactional,
             configs=dict(kafka.configs),
             key=list(spec.key),
             spool_dir=settings.state_path / "spool" / "kafka",
+            existing_ok=spec.source.table is not None,
             avro=avro_target_of(spec),
         )
 
@@ -214,6 +219,8 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         if self.topic is not None and self.topic in md.topics:
             have = len(md.topics[self.topic].partitions)
             held = record_count(self.conf, self.topic)
+            if held and self.existing_ok:
+                return f"{self.topic} exists ({have} partitions, {held} records): the output is added to it"
             if held:
                 raise KafkaSinkError(
                     f"topic {self.topic} already exists and holds {held} records; a backfill writes to a "
@@ -284,7 +291,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         meta = md.topics.get(topic)
         if meta is not None:
             held = record_count(self.conf, topic)
-            if held:
+            if held and not self.existing_ok:
                 raise KafkaSinkError(
                     f"topic {topic} already exists and holds {held} records; a backfill writes to a topic "
                     "of its own: choose another sink.kafka.topic or delete that topic"
