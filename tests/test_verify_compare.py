@@ -382,6 +382,7 @@ def test_assertions_in_sql(spark: Any, catalog: Any, tables: dict[str, str]) -> 
     # open gained one order, paid lost two (total and n differ); shipped lost 20,000 and gained
     # SMALL, of other totals (total differs, n not): 2 + 2 + 1 cells
     assert exact["value"] == 5
+    assert exact["detail"].startswith("3 of 3 rows differ in 5 values")  # rows, then cells
     opened = results["open orders"]
     assert not opened["passed"] and opened["value"] == 1 and opened["rows"][0]["order_id"] == 0
     broken = results["broken"]

@@ -189,10 +189,13 @@ def compare_results(
     for key, row in by_label.items():
         if key not in mine_labels:
             problems.append({"row": _named(columns, row), "problem": "only in reference"})
+    # a row with two differing columns is two problems but one differing row
+    rows_off = len({repr(sorted(p["row"].items())) for p in problems})
     detail = (
         f"{len(mine)} rows agree ({tolerance_text(a)}; largest relative difference {worst:.3g})"
         if not problems
-        else f"{len(problems)} of {max(len(mine), len(theirs))} rows differ ({tolerance_text(a)})"
+        else f"{rows_off} of {max(len(mine), len(theirs))} rows differ in {len(problems)} values "
+        f"({tolerance_text(a)})"
     )
     return {
         "passed": not problems,
