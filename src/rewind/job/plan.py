@@ -158,10 +158,18 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
 
     conf = settings.kafka_config()
     gates: list[Gate] = []
-    if spec.source.history is not None:
+    read_plan_data: dict[str, Any]
+    table_plan = None
+    if spec.source.table is not None:  # a re-produce: selection, placement, key ranges
+        from rewind.tables.plan import plan_table
+
+        table_plan = plan_table(settings, spec)
+        units, notes, read_plan_data = table_plan.units, list(table_plan.notes), table_plan.read_plan
+        gates.extend(Gate(*g) for g in table_plan.gates)
+    elif spec.source.history is not None:
         units, notes, history_gate, history = _history_units(settings, spec)
         gates.append(history_gate)
-        read_plan_data: dict[str, Any] = history
+        read_plan_data = history
     else:
         assert spec.source.kafka is not None
         read_plan = resolve(
@@ -174,7 +182,9 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
         gates.append(_log_start_gate(read_plan))
         read_plan_data = read_plan.to_dict()
     offsets = sum(u.end - u.start for u in units)
-    if spec.guards.max_records is not None and offsets > spec.guards.max_records:
+    if table_plan is not None:
+        pass  # a table plan checks guards.max_records itself, before it fetches any key
+    elif spec.guards.max_records is not None and offsets > spec.guards.max_records:
         gates.append(
             Gate(
                 "max-records",
@@ -188,7 +198,10 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
 
     translator, translator_gate = _load_translator(spec)
     gates.append(translator_gate)
-    sample, sample_gate_facts = _sample(conf, units, spec, translator)
+    if table_plan is not None:
+        sample, sample_gate_facts = table_plan.sample, table_plan.facts
+    else:
+        sample, sample_gate_facts = _sample(conf, units, spec, translator)
     if not sample_gate_facts.get("sample_records") and spec.source.history is not None:
         sample, sample_gate_facts = _sample_archive(settings, units, read_plan_data)
     schema, schema_gate = _output_schema(spec, translator, sample)
@@ -212,7 +225,7 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
         gates.append(_bytes_gate(spec.guards.max_bytes, estimates.get("estimated_bytes")))
     fingerprint = spec.fingerprint()
     return JobPlan(
-        plan_id=plan_id_of(fingerprint, units, _pinned(read_plan_data)),
+        plan_id=plan_id_of(fingerprint, units, table_plan.pinned if table_plan else _pinned(read_plan_data)),
         name=spec.name,
         spec=json.loads(spec.model_dump_json(by_alias=True)),
         read_plan=read_plan_data,

@@ -23,6 +23,10 @@ Steps of a run, in order: the stages of :func:`rewind.job.stages.plan_stages`, w
 
 Any failure marks the run ``failed`` (Ctrl-C: ``interrupted``) with the error; ``rewind
 resume RUN`` continues from step 1.
+
+A re-produce (``source.table``) walks the same stages, but its units are committed by the
+Spark tasks themselves, one Kafka transaction each, before the driver commits their
+quarantine files: :mod:`rewind.job.reproduce` says in which order and why.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from rewind.core.console import QUIET, Console, RunProgress
 from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
+from rewind.job import reproduce
 from rewind.job.finalize import finalize_run
 from rewind.job.live import LiveProgress
 from rewind.job.retention import OffsetsLostError, check_still_in_kafka
@@ -173,8 +178,15 @@ def execute(
                     run.parts = _parts(settings, spec, run_id, schema)
                 elif isinstance(stage, Reconcile):
                     unit_sink, unit_staging = run.unit_target(sink)
+                    if spec.source.table is not None:  # a re-produce: units commit in tasks
+                        reproduce.fence_attempted(settings, ledger, run_id)
                     _reconcile(ledger, unit_sink, unit_staging, run_id)
                     run.done_q = run.quarantine()[0].committed_units(run.quarantine()[1], run_id)
+                    if spec.source.table is not None:
+                        qsink, qstaging = run.quarantine()
+                        reproduce.reconcile_quarantine(
+                            settings, ledger, run_id, unit_staging, qsink, qstaging, run.done_q  # type: ignore[arg-type]
+                        )
                     run.pending = {u.unit_id for u in ledger.pending_units(run_id)}
                 elif isinstance(stage, RunWave):
                     assert run.keeper is not None
@@ -189,10 +201,16 @@ def execute(
                         raise
                     unit_sink, unit_staging = run.unit_target(sink)
                     qsink, qstaging = run.quarantine()
-                    _run_wave(
-                        settings, ledger, plan, run_id, wave,
-                        unit_sink, unit_staging, qsink, qstaging, run.done_q, live,
-                    )
+                    if spec.source.table is not None:
+                        reproduce.run_table_wave(
+                            settings, ledger, plan, run_id, wave, unit_staging, qsink, qstaging,
+                            run.done_q, live, _progress(ledger, plan, run_id, live.started),
+                        )
+                    else:
+                        _run_wave(
+                            settings, ledger, plan, run_id, wave,
+                            unit_sink, unit_staging, qsink, qstaging, run.done_q, live,
+                        )
                     run.waves += 1
                     run.pending -= {u.id for u in wave}
                     if after_commit is not None:

@@ -150,8 +150,8 @@ class UnitSession:
         from confluent_kafka import KafkaException
 
         from rewind.kafka.partitioner import partitions_for
-        from rewind.sinks.kafka.avro_target import values_of
         from rewind.sinks.kafka.avro_fit import AvroSchemaMismatch
+        from rewind.sinks.kafka.avro_target import values_of
         from rewind.sinks.kafka.records import RecordEncoder
 
         if rows.num_rows == 0:

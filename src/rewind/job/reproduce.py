@@ -1,0 +1,195 @@
+"""The run of a re-produce (``source.table``): the runner's stages, with units committed by tasks.
+
+A Kafka-source run commits a wave's files from the driver: quarantine first, then the sink,
+then the ledger. A re-produce commits each unit where its rows are read, in the Spark task,
+as one Kafka transaction holding the unit's records and its marker (:mod:`rewind.sinks.kafka.unit_writer`):
+that is what lets it keep up with a bare produce loop. The marker names the unit's quarantine
+file, so the order becomes, per wave:
+
+1. before the first wave (the reconcile stage): fence the transactions of units an earlier
+   attempt started and did not finish (a killed driver's tasks may hold ``rewind.commits``
+   open); then the usual reconcile marks done the units whose marker is in the log;
+2. check that the target topic still has the partition count the plan placed the entities on;
+3. Spark: each task reads its unit's key range, translates it, writes rejected rows to a
+   quarantine file, and commits the unit (records + marker) in one transaction;
+4. the driver checks the conservation law per unit, commits the quarantine files of the
+   units it has not committed yet, then marks the units done in the ledger.
+
+A kill between 3 and 4 loses nothing: on resume, step 1 finds the units committed, and
+:func:`reconcile_quarantine` commits the quarantine files their markers name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from rewind import faults
+from rewind.errors import RewindError
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
+    from rewind.core.console import RunProgress
+    from rewind.core.counts import RecordCounts
+    from rewind.core.units import WorkUnit
+    from rewind.job.live import LiveProgress
+    from rewind.job.plan import JobPlan
+    from rewind.ledger import Ledger
+    from rewind.sinks.base import Staging
+    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+    from rewind.sinks.kafka.bookkeeping import KafkaStaging
+
+log = logging.getLogger(__name__)
+
+
+class ReproduceError(RewindError):
+    """A re-produce cannot go on as planned (the topic changed, a committed file is gone)."""
+
+
+def fence_attempted(settings: Settings, ledger: Ledger, run_id: str) -> None:
+    """Step 1: fence the unit transactions of attempted, unfinished units."""
+    from rewind.sinks.kafka.unit_writer import fence_units
+
+    attempted = [u.unit_id for u in ledger.pending_units(run_id) if u.attempts > 0]
+    if attempted:
+        fence_units(settings.kafka_config(), run_id, attempted)
+
+
+def reconcile_quarantine(
+    settings: Settings,
+    ledger: Ledger,
+    run_id: str,
+    staging: KafkaStaging,
+    qsink: IcebergSink,
+    qstaging: IcebergStaging,
+    done_q: set[str],
+) -> None:
+    """Commit the quarantine files of units whose Kafka commit landed and whose quarantine
+    commit did not (a driver killed between steps 3 and 4)."""
+    from rewind.sinks.kafka.unit_writer import committed_quarantine_files
+
+    files = committed_quarantine_files(settings.kafka_config(), staging, run_id)
+    missing = {u: paths for u, paths in files.items() if paths and u not in done_q}
+    if not missing:
+        return
+    gone = [p for paths in missing.values() for p in paths if not _exists(p)]
+    if gone:
+        raise ReproduceError(
+            f"run {run_id}: the quarantine file {gone[0]} of a committed unit is gone; its rejected rows "
+            "cannot be recorded (their count is in the unit's marker)"
+        )
+    units = sorted(missing)
+    qsink.commit(qstaging, run_id, units, [p for u in units for p in missing[u]])
+    done_q.update(units)
+    ledger.audit(run_id, "reconcile-quarantine", {"units": units})
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {lines[0] if lines else ''}"[:2000]
+
+
+def _result(kind: Any, unit_id: str, counts: RecordCounts) -> Any:
+    return kind(
+        unit_id,
+        records_read=counts.records_read,
+        emitted=counts.emitted,
+        rows_out=counts.rows_out,
+        quarantined=counts.quarantined,
+        filtered=counts.filtered,
+        reasons=dict(counts.reasons),
+    )
+
+
+def _exists(uri: str) -> bool:
+    import pyarrow.fs as pafs
+
+    fs, inner = pafs.FileSystem.from_uri(uri)
+    return bool(fs.get_file_info(inner).type != pafs.FileType.NotFound)
+
+
+def run_table_wave(
+    settings: Settings,
+    ledger: Ledger,
+    plan: JobPlan,
+    run_id: str,
+    wave: list[WorkUnit],
+    staging: Staging,
+    qsink: IcebergSink,
+    qstaging: IcebergStaging,
+    done_q: set[str],
+    live: LiveProgress,
+    base: RunProgress,
+) -> dict[str, Any]:
+    """Steps 2-4 for one wave (``base``: the run's committed progress before it); returns the
+    per-unit counts as committed."""
+    from rewind.ledger.models import UnitResult
+    from rewind.sinks.kafka.bookkeeping import KafkaStaging
+    from rewind.sinks.kafka.unit_writer import UnitWriter
+    from rewind.spark import session
+    from rewind.tables.placement import KeyRange
+    from rewind.tables.plan import reader_of
+    from rewind.tables.selection import choose
+    from rewind.tables.stage import TableStageContext
+    from rewind.tables.stage import run_table_wave as run_stage
+
+    spec = plan.job_spec()
+    table, kafka = spec.source.table, spec.sink.kafka
+    assert table is not None and kafka is not None and isinstance(staging, KafkaStaging)
+    facts = plan.read_plan["table"]
+    if staging.partitions != facts["partitions"]:  # 2.
+        raise ReproduceError(
+            f"topic {staging.topic} has {staging.partitions} partitions, the plan placed the entities on "
+            f"{facts['partitions']}; plan again"
+        )
+    reader = reader_of(settings, spec)
+    chosen = choose(table, facts.get("key_type"), pinned=facts.get("ids_digest"))
+    ranges = [KeyRange.from_dict(r) for r in facts["ranges"]]
+    ledger.mark_running(run_id, [u.id for u in wave])
+    spark = session(settings)
+    ctx = TableStageContext(
+        run_id=run_id,
+        spec_json=spec.model_dump_json(by_alias=True),
+        output_schema_b64=plan.output_schema_b64,
+        quarantine_folder=qsink.data_folder(qstaging),
+        reader=reader,
+        selection=chosen.selection,
+        units=tuple(wave),
+        ranges=tuple((ranges[u.partition].lo, ranges[u.partition].hi) for u in wave),
+        partitions=staging.partitions,
+        partitioner=kafka.partitioner,
+        skip_partitions=tuple(table.skip_partitions),
+        max_records_per_second=spec.guards.max_records_per_second,
+        rate_limit_id=run_id,
+        progress=live.channel(spark),
+    )
+    writer = UnitWriter(
+        conf=settings.kafka_config(),
+        staging=staging.to_dict(),
+        key=tuple(spec.key),
+        partitioner=kafka.partitioner,
+        skip_partitions=tuple(table.skip_partitions),
+    )
+    faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
+    try:  # 3.
+        with live.wave(base, wave):
+            outputs = run_stage(spark, ctx, writer)
+    except Exception as exc:
+        try:
+            ledger.fail_units(run_id, [u.id for u in wave], _first_line(exc))
+        except Exception:
+            log.warning("could not record the failed units of run %s", run_id, exc_info=True)
+        raise
+    ids = sorted(outputs)
+    for uid in ids:  # 4. (the tasks checked it before committing; a result is checked again)
+        outputs[uid].counts.check(uid)
+    q_units = [u for u in ids if u not in done_q and outputs[u].quarantine_files]
+    if q_units:
+        qsink.commit(qstaging, run_id, q_units, [f for u in q_units for f in outputs[u].quarantine_files])
+        done_q.update(q_units)
+        faults.point("after-quarantine-commit")
+    counts = {u: outputs[u].counts.to_dict() for u in ids}
+    ledger.complete_units(run_id, [_result(UnitResult, u, outputs[u].counts) for u in ids])
+    faults.point("after-ledger-update")
+    return counts
