@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=15
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify bench-fold clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify bench-fold bench-avro clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -43,6 +43,10 @@ bench-verify: install
 
 bench-fold: install
 	$(BIN)/python bench/fold.py
+
+bench-avro: install
+	$(BIN)/python bench/avro_encode.py
+	$(BIN)/python bench/avro_encode.py --nested
 
 clean:
 	rm -rf $(VENV) .rewind .pytest_cache
