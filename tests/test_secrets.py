@@ -281,3 +281,29 @@ def test_a_config_error_does_not_print_the_secret(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "kafka.properties.sasl.password" in result.stderr
     assert_no_secret(result.stdout + result.stderr)
+
+
+def test_columns_named_like_secrets_survive_the_ledger(tmp_path: Path) -> None:
+    """A column called ``api_token`` is data, not a secret: its type and tolerance are stored
+    as given, so the plan read back still validates; a real secret beside them is masked."""
+    from rewind.ledger import Ledger
+    from rewind.spec import parse_spec
+    from tests.test_spec import with_
+
+    spec = parse_spec(with_({
+        "decode": {"format": "json", "schema": {"order_id": "bigint", "api_token": "string"}},
+        "verify": {
+            "reference": {"postgres": {"url": "postgresql://svc:hunter2@127.0.0.1/prod", "table": "t"}},
+            "compare": {"api_token": "exact", "access_key": {"abs": 0.5}},
+        },
+    }))
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        stored = ledger.save_plan("p-1", spec.name, spec.canonical(), {"units": []}).spec
+    assert stored["decode"]["schema"] == spec.canonical()["decode"]["schema"]
+    assert stored["decode"]["schema"]["api_token"] == "string"
+    assert stored["verify"]["compare"] == spec.canonical()["verify"]["compare"]
+    assert stored["verify"]["compare"]["access_key"]["abs"] == 0.5
+    assert stored["verify"]["reference"]["postgres"]["url"] == "postgresql://svc:***@127.0.0.1/prod"
+    assert "hunter2" not in (tmp_path / "ledger.db").read_bytes().decode("latin-1")
+    back = parse_spec(stored)  # validates: nothing but the password was touched
+    assert back.decode.schema_ == spec.decode.schema_

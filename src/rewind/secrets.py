@@ -50,10 +50,20 @@ def is_masked(text: str) -> bool:
     return text == MASK or bool(_MASKED.search(text))
 
 
+# Maps whose keys are names from the user's data (columns, views), not settings: a column
+# called ``api_token`` is not a secret, and masking its type or tolerance would leave a stored
+# spec that no longer validates (resume, verify and promote read it back).
+DATA_KEYED_MAPS = frozenset({"schema", "output_schema", "compare", "views"})
+
+
 def mask(value: Any, key: str = "") -> Any:
-    """Return a copy of ``value`` with every secret masked, recursively."""
+    """Return a copy of ``value`` with every secret masked, recursively.
+
+    The keys of a map named in :data:`DATA_KEYED_MAPS` are data names and never make a value
+    secret; URL passwords inside such a map are masked all the same."""
     if isinstance(value, Mapping):
-        return {k: mask(v, str(k)) for k, v in value.items()}
+        data_keyed = key in DATA_KEYED_MAPS
+        return {k: mask(v, "" if data_keyed else str(k)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [mask(v, key) for v in value]
     if key and is_secret_key(key) and value not in (None, ""):
