@@ -173,7 +173,10 @@ def _render_outcome(console: Console, d: dict[str, Any]) -> None:
     if d.get("folded"):
         console.print(f"  {_folded(d['folded'])}")
     staging = d["staging"]
-    where = staging.get("table", "?") + (f"@{staging['branch']}" if staging.get("branch") else "")
+    where = staging.get("table") or (f"topic {staging['topic']}" if staging.get("topic") else "?")
+    where += f"@{staging['branch']}" if staging.get("branch") else ""
+    if (staging.get("value_format") or {}).get("encode") == "avro":
+        where += f" (Avro values, {staging['value_format']['where']})"
     console.print(f"staging: {where}; quarantine: {d['quarantine_table']}")
 
 
