@@ -107,6 +107,27 @@ def test_the_specs_avro_fields_are_checked_in_one_line(
     assert str(err.value).startswith(f"spec.yaml: {message}") and "\n" not in str(err.value)
 
 
+def test_a_table_source_is_refused_until_its_re_produce_writes_avro() -> None:
+    """A re-produce writes each unit in its own transaction and JSON values: not silently JSON."""
+    from rewind.errors import SpecError
+    from rewind.spec import parse_spec
+
+    table = {"sqlite": {"url": "sqlite:///x.db", "table": "accounts"}, "key": "id", "where": "TRUE"}
+    data = {
+        "name": "reproduce",
+        "source": {"table": table},
+        "decode": "json",
+        "translate": {"function": "tests.avro_fixtures:order_fields", "version": "1"},
+        "sink": {"kafka": {"topic": "accounts", "encode": "avro", "schema_dir": "s"}},
+    }
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "spec.yaml")
+    assert str(err.value) == (
+        "spec.yaml: sink.kafka.encode: not yet for a table source (got 'avro'); a re-produce from a table "
+        "writes JSON values: remove encode or read a Kafka source"
+    )
+
+
 def test_the_sink_borrows_decodes_schemas_and_subject_defaults_to_the_topic() -> None:
     from rewind.spec import parse_spec
 
