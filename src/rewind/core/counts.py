@@ -1,10 +1,13 @@
 """Counts of what processing did with records: one batch, one unit or a whole run.
 
 Every source record is exactly one of emitted, quarantined or filtered (the conservation
-law); ``rows_out`` is how many output rows they made. The same type serves a batch in a task,
-a unit's total and a run's total, so counts move between them without conversion. A commit
-stores each unit's counts with its data under :data:`UNIT_COUNTS_KEY` (an Iceberg snapshot
-property, a row of the SQL sink's bookkeeping, a field of a Kafka commit marker).
+law); ``rows_out`` is how many output rows they made. A run with a ``merge:`` policy also
+says what became of every output row (``merge``: applied, rejected_stale, deduplicated,
+superseded, routed), and those add up to ``rows_out`` (the law's second half). The same type
+serves a batch in a task, a unit's total and a run's total, so counts move between them
+without conversion. A commit stores each unit's counts with its data under
+:data:`UNIT_COUNTS_KEY` (an Iceberg snapshot property, a row of the SQL sink's bookkeeping, a
+field of a Kafka commit marker).
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ MAX_REASON_KEYS = 100
 """Distinct reason labels kept in :attr:`RecordCounts.reasons`; the rest add up under
 :data:`OTHER_REASONS` (rejection reasons written by users can be unbounded)."""
 OTHER_REASONS = "other reasons"
+
+MERGE_DECISIONS: tuple[str, ...] = ("applied", "rejected_stale", "deduplicated", "superseded", "routed")
+"""What a merge policy did with an output row (:mod:`rewind.core.merge`): written to the
+target; not written because live wrote its key after the cut line; not written because a
+later row of the run has the same key; not written because the policy preferred the row
+already there; sent to the quarantine as ambiguous."""
 
 
 def add_reasons(into: dict[str, int], reasons: Mapping[str, int]) -> None:
@@ -46,10 +55,14 @@ class RecordCounts:
     quarantined: int = 0
     filtered: int = 0
     reasons: Mapping[str, int] = field(default_factory=dict)
+    merge_decisions: Mapping[str, int] = field(default_factory=dict)
+    """Output rows per merge decision (:data:`MERGE_DECISIONS`); empty without a merge policy."""
 
     @property
     def balanced(self) -> bool:
-        return self.records_read == self.emitted + self.quarantined + self.filtered
+        if self.records_read != self.emitted + self.quarantined + self.filtered:
+            return False
+        return not self.merge_decisions or sum(self.merge_decisions.values()) == self.rows_out
 
     def check(self, unit_id: str, detail: str = "") -> None:
         """Raise :class:`ConservationError` unless the law holds."""
@@ -66,6 +79,9 @@ class RecordCounts:
     def merge(self, other: RecordCounts) -> RecordCounts:
         reasons: dict[str, int] = dict(self.reasons)
         add_reasons(reasons, other.reasons)
+        merge = dict(self.merge_decisions)
+        for decision, count in other.merge_decisions.items():
+            merge[decision] = merge.get(decision, 0) + count
         return RecordCounts(
             records_read=self.records_read + other.records_read,
             emitted=self.emitted + other.emitted,
@@ -73,6 +89,7 @@ class RecordCounts:
             quarantined=self.quarantined + other.quarantined,
             filtered=self.filtered + other.filtered,
             reasons=reasons,
+            merge_decisions=merge,
         )
 
     @classmethod
@@ -85,10 +102,11 @@ class RecordCounts:
             int(data.get("quarantined", 0)),
             int(data.get("filtered", 0)),
             {str(k): int(v) for k, v in dict(data.get("reasons") or {}).items()},
+            {str(k): int(v) for k, v in dict(data.get("merge") or {}).items()},
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "records_read": self.records_read,
             "emitted": self.emitted,
             "rows_out": self.rows_out,
@@ -96,6 +114,9 @@ class RecordCounts:
             "filtered": self.filtered,
             "reasons": dict(self.reasons),
         }
+        if self.merge_decisions:
+            out["merge"] = dict(self.merge_decisions)
+        return out
 
 
 def flatten_reasons(reasons: Mapping[str, Any]) -> dict[str, int]:

@@ -65,8 +65,9 @@ def needs_finalize(spec: JobSpec) -> bool:
 
 
 def parts_in_scratch(spec: JobSpec) -> bool:
-    """The partial rows of a fold wait in a scratch Iceberg table (sinks that keep one row per key)."""
-    return spec.translate.fold is not None and spec.sink.iceberg is None
+    """The partial rows of a fold (or the rows a merge decides on) wait in a scratch Iceberg
+    table, for sinks that keep one row per key."""
+    return (spec.translate.fold is not None or spec.merge is not None) and spec.sink.iceberg is None
 
 
 def parts_sink(settings: Settings, spec: JobSpec) -> IcebergSink:

@@ -219,6 +219,13 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
             )
         )
         gates.append(_sink_gate(settings, spec, schema))
+    if spec.merge is not None:  # the cut line is resolved (a group's offsets read) once, here
+        from rewind.job.merge import CUT_LINE_KEY, resolve_cut_line
+
+        merge_gate, cut_line = resolve_cut_line(settings, spec, units)
+        gates.append(Gate(*merge_gate))  # type: ignore[misc]
+        if cut_line is not None:
+            read_plan_data = {**read_plan_data, CUT_LINE_KEY: cut_line}
 
     estimates = _estimates(spec, offsets, sample_gate_facts)
     if spec.guards.max_bytes is not None:

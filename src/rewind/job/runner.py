@@ -49,10 +49,12 @@ from rewind.errors import RewindError
 from rewind.job import reproduce
 from rewind.job.finalize import finalize_run
 from rewind.job.live import LiveProgress
+from rewind.job.merge import merge_run
 from rewind.job.retention import OffsetsLostError, check_still_in_kafka
 from rewind.job.stages import (
     Conclude,
     Finalize,
+    MergeRows,
     PrepareStaging,
     Reconcile,
     RunWave,
@@ -89,10 +91,12 @@ class RunOutcome:
     waves: int = 0
     notes: list[str] = field(default_factory=list)
     folded: dict[str, Any] | None = None
+    merged: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **({"folded": self.folded} if self.folded is not None else {}),
+            **({"merged": self.merged} if self.merged is not None else {}),
             "run_id": self.run_id,
             "state": self.state,
             "plan_id": self.plan_id,
@@ -216,6 +220,13 @@ def execute(
                     if after_commit is not None:
                         after_commit([u.id for u in wave])
                     live.committed(_progress(ledger, plan, run_id, started))
+                elif isinstance(stage, MergeRows):
+                    assert run.staging is not None
+                    run.merged = merge_run(
+                        settings, ledger, plan, sink, run.staging, run_id, run.quarantine(), run.parts
+                    )
+                    if run.parts is not None:  # merged into the sink: the scratch rows are not needed
+                        run.parts[0].cleanup(run.parts[1])
                 elif isinstance(stage, Finalize):
                     # read models: fold the run's rows per key, keep the replaced window (once)
                     assert run.staging is not None
@@ -255,6 +266,7 @@ class _RunContext:
     pending: set[str] = field(default_factory=set)
     waves: int = 0
     folded: dict[str, Any] | None = None
+    merged: dict[str, int] | None = None
 
     def unit_target(self, sink: StagingSink[Any]) -> tuple[StagingSink[Any], Staging]:
         if self.parts is not None:
@@ -270,10 +282,14 @@ class _RunContext:
 def _conclude(ledger: Ledger, plan: JobPlan, run_id: str, run: _RunContext, started: float) -> RunOutcome:
     """The last stage: the conservation law over the whole run, then ``succeeded``."""
     counts = ledger.unit_counts(run_id).counts
+    if run.merged is not None:  # the merge's decisions, one per output row
+        counts = counts.merge(RecordCounts(merge_decisions=run.merged))
     if not counts.balanced:
+        merged = sum(counts.merge_decisions.values())
+        merged_text = f"; merge decisions {merged} != rows out {counts.rows_out}" if merged else ""
         raise ConservationViolated(
             f"run {run_id}: read {counts.records_read} != emitted {counts.emitted} + quarantined "
-            f"{counts.quarantined} + filtered {counts.filtered}"
+            f"{counts.quarantined} + filtered {counts.filtered}{merged_text}"
         )
     _forget_pacing(run_id)
     ledger.set_state(run_id, "succeeded", totals=counts.to_dict())
@@ -290,6 +306,7 @@ def _conclude(ledger: Ledger, plan: JobPlan, run_id: str, run: _RunContext, star
         len(plan.units),
         run.waves,
         folded=run.folded,
+        merged=run.merged,
     )
 
 INTERRUPTED = "interrupted (Ctrl-C); `rewind resume` continues"

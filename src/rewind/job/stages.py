@@ -14,6 +14,7 @@ A run's stages, in order:
 3. :class:`Reconcile`: units the sink already holds become done in the ledger;
 4. one :class:`RunWave` per wave of units not done yet (a unit the reconcile found done is
    skipped when its wave comes);
+5. :class:`MergeRows`, only with a ``merge:`` policy (:mod:`rewind.job.merge`);
 5. :class:`Finalize`, only for read models (a fold, or a replace-window on a column);
 6. :class:`Conclude`: the conservation law over the whole run, then ``succeeded``.
 """
@@ -92,6 +93,15 @@ class Finalize(Stage):
 
 
 @dataclass(frozen=True)
+class MergeRows(Stage):
+    name: ClassVar[str] = "merge"
+    on_collision: str
+
+    def describe(self) -> str:
+        return f"merge the run's rows with live's per key ({self.on_collision}), counting each decision"
+
+
+@dataclass(frozen=True)
 class Conclude(Stage):
     name: ClassVar[str] = "conclude"
 
@@ -121,6 +131,8 @@ def plan_stages(
     for index, start in enumerate(range(0, len(todo), wave_size)):
         wave = todo[start : start + wave_size]
         stages.append(RunWave(index, tuple(u.id for u in wave), sum(u.end - u.start for u in wave)))
+    if spec.merge is not None:
+        stages.append(MergeRows(spec.merge.on_collision))
     if needs_finalize(spec):
         stages.append(Finalize(spec.translate.fold is not None))
     stages.append(Conclude())

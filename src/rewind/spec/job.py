@@ -17,6 +17,7 @@ from pydantic import (
 from rewind.core.windows import WindowRequest
 from rewind.secrets import mask
 from rewind.spec.errors import _Bad, _Plain
+from rewind.spec.merge import Merge
 from rewind.spec.run import Guards, Quarantine, RunSettings
 from rewind.spec.shadow import Shadow
 from rewind.spec.source import Source
@@ -70,6 +71,14 @@ class JobSpec(_Model):
         ),
     )
     sink: SinkConfig = Field(description="Where the output goes.")
+    merge: Merge | None = Field(
+        default=None,
+        description=(
+            "How the run's rows merge with the rows live already wrote, per `key` (see "
+            "docs/merge-policies.md). Absent: the sink's own rule (upsert keeps the later event, "
+            "Iceberg appends)."
+        ),
+    )
     guards: Guards = Field(default_factory=lambda: Guards(), description="Limits of the run.")
     run: RunSettings = Field(default_factory=lambda: RunSettings(), description="Work units and leases.")
     quarantine: Quarantine = Field(
@@ -171,6 +180,8 @@ class JobSpec(_Model):
                 got=self.translate.fold,
                 at=("translate", "fold"),
             )
+        if self.merge is not None:
+            self._mergeable()
         if self.source.table is not None:
             self._reproduce()
         kafka_sink, kafka_source = self.sink.kafka, self.source.kafka_window
@@ -232,6 +243,39 @@ class JobSpec(_Model):
                 f"give one output column, like [{table.key}]",
                 got=self.key,
                 at=("key",),
+            )
+
+    def _mergeable(self) -> None:
+        """A merge decides per key between the run's rows and rows already in a table."""
+        merge = self.merge
+        assert merge is not None
+        kind = self.sink.kind
+        misfit = None
+        if kind == "kafka":
+            misfit = "a backfill topic is a log: its records are not merged with live's; remove merge"
+        elif self.sink.iceberg is not None and self.sink.iceberg.mode != "append":
+            misfit = "replace-window already replaces the window's rows; use mode: append or remove merge"
+        elif self.sink.postgres is not None and self.sink.postgres.mode != "upsert":
+            misfit = "an append-mode table keeps every row; use mode: upsert or remove merge"
+        if misfit is not None:
+            mode = getattr(self.sink.target, "mode", None)
+            raise _Bad(
+                f"policy on_collision {merge.on_collision} does not fit sink.{kind}"
+                + (f" in mode {mode}" if mode else ""),
+                misfit,
+                at=("merge",),
+            )
+        if not self.key:
+            raise _Bad("needs a key", "a merge decides per key: list the key columns in key", at=("merge",))
+        if self.translate.fold is not None:
+            raise _Bad(
+                "is not supported with translate.fold",
+                "a fold already writes one row per key; remove merge or the fold",
+                at=("merge",),
+            )
+        if self.shadow is not None:
+            raise _Bad(
+                "is not supported with shadow", "a shadow's v2 has no live rows to merge with", at=("merge",)
             )
 
     def _shadowable(self) -> None:
