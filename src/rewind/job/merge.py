@@ -23,6 +23,7 @@ reads its counts.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Iterable
@@ -40,7 +41,6 @@ from rewind.core.columns import (
 from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.merge import MergePolicy, MergeResult, decide
 from rewind.core.parquet import write_parquet
-from rewind.errors import PlanError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -198,11 +198,19 @@ def merge_run(
         files = [write_parquet(folder, result.applied, "merge")] if result.applied.num_rows else []
         counts = RecordCounts(merge_decisions=result.counts)
         extra = {UNIT_COUNTS_KEY: json.dumps({MERGE_UNIT: counts.to_dict()}, sort_keys=True)}
-        sink.commit(staging, run_id, [MERGE_UNIT], files, extra=extra)
+        _replacing(sink).commit(staging, run_id, [MERGE_UNIT], files, extra=extra)
     faults.point("after-merge-commit")
     ledger.audit(run_id, "merged", result.counts)
     log.info("run %s: merged %s", run_id, result.counts)
     return result.counts
+
+
+def _replacing(sink: StagingSink[Any]) -> StagingSink[Any]:
+    """The SQL sink writing in ``replace`` mode: the policy decided, so its rows overwrite their
+    key (the sink's own upsert would keep a row of a later event, undoing prefer-backfill)."""
+    replacing = copy.copy(sink)
+    replacing.mode = "replace"  # type: ignore[attr-defined]
+    return replacing
 
 
 def _scan(sink: IcebergSink, staging: IcebergStaging) -> pa.Table:
@@ -308,12 +316,3 @@ def _commit_iceberg(
         if applied is not None:
             tx.append(applied, snapshot_properties=props, branch=branch)
 
-
-def refuse_rebase(spec: JobSpec) -> None:
-    """A merged run decided against the main it was cut from: re-applying it on a moved main
-    would skip those decisions."""
-    if spec.merge is not None:
-        raise PlanError(
-            "a run with merge: decided against the target as it was; it cannot be rebased on a moved "
-            "target: re-run the backfill"
-        )

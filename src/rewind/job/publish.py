@@ -69,6 +69,13 @@ def _sink_and_staging(settings: Settings, ledger: Ledger, run_id: str) -> tuple[
     return sink, sink.staging_from_dict(run.staging)
 
 
+def _merged(ledger: Ledger, run_id: str) -> bool:
+    """The run applied a ``merge:`` policy (decided against the target as it was then)."""
+    from rewind.job.service import load_plan
+
+    return load_plan(ledger, ledger.get_run(run_id).plan_id).job_spec().merge is not None
+
+
 def promote_run(
     settings: Settings, run_id: str, force: bool = False, reason: str | None = None, rebase: bool = False
 ) -> dict[str, Any]:
@@ -103,6 +110,11 @@ def promote_run(
         if rebase and not sink.SUPPORTS_REBASE:
             raise PromotionRefused(
                 f"--rebase is not supported by the {sink.kind} sink of run {run_id}; promote without it"
+            )
+        if rebase and _merged(ledger, run_id):
+            raise PromotionRefused(
+                f"--rebase of {run_id}: its merge: policy decided against the target as it was; "
+                "re-run the backfill on the moved target"
             )
         live = ledger.lease(sink.target)  # a live run on the target would still be writing
         if live is not None and live.holder != run_id and _alive(live):

@@ -33,7 +33,8 @@ UNITS_TABLE = "rewind_unit_commits"
 RUN_COL = RUN_ID
 ORDER_COLS = (SOURCE_TIMESTAMP, SOURCE_PARTITION, SOURCE_OFFSET, EVENT_ID)
 """The event order that decides which row of a key wins (greatest wins)."""
-Mode = Literal["upsert", "append"]
+Mode = Literal["upsert", "append", "replace"]
+"""``replace``: rows a merge policy decided on (:mod:`rewind.job.merge`) overwrite their key."""
 
 
 def lock_times(asked: float, granted: float) -> dict[str, float]:
@@ -196,6 +197,8 @@ def conflict_sql(ref: str, columns: list[str], conflict: list[str], mode: Mode, 
     sets = ", ".join(f"{quote_ident(c)} = EXCLUDED.{quote_ident(c)}" for c in columns if c not in conflict)
     if mode == "append" or not sets:
         return f"ON CONFLICT ({keys}) DO NOTHING"
+    if mode == "replace":  # a merge policy decided already: its rows replace whatever is there
+        return f"ON CONFLICT ({keys}) DO UPDATE SET {sets}"
     inf = "''" if sqlite else "'-infinity'"
     distinct = "IS NOT" if sqlite else "IS DISTINCT FROM"
     run, off = quote_ident(RUN_COL), quote_ident(ORDER_COLS[2])

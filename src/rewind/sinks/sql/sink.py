@@ -215,7 +215,7 @@ class SqlSink(StagingSink[SqlStaging]):
 
     @property
     def conflict_columns(self) -> list[str]:
-        return list(self.key) if self.mode == "upsert" and self.key else [EVENT_ID]
+        return list(self.key) if self.mode in ("upsert", "replace") and self.key else [EVENT_ID]
 
     # -- connections ----------------------------------------------------------------------
 
