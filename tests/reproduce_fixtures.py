@@ -119,7 +119,7 @@ def spec(name: str, source: dict[str, Any], topic: str, **sections: Any) -> dict
     data: dict[str, Any] = {
         "name": name,
         "source": {"table": source},
-        "decode": "json",
+        "decode": "rows",
         "translate": {"function": "tests.reproduce_fixtures:account_state", "version": "3"},
         "key": ["account_id"],
         "sink": {"kafka": {"topic": topic}},

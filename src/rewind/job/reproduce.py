@@ -146,6 +146,7 @@ def run_table_wave(
     reader = reader_of(settings, spec)
     chosen = choose(table, facts.get("key_type"), pinned=facts.get("ids_digest"))
     ranges = [KeyRange.from_dict(r) for r in facts["ranges"]]
+    attempted = frozenset(u.unit_id for u in ledger.pending_units(run_id) if u.attempts > 0)
     ledger.mark_running(run_id, [u.id for u in wave])
     spark = session(settings)
     ctx = TableStageContext(
@@ -163,6 +164,7 @@ def run_table_wave(
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
         progress=live.channel(spark),
+        attempted=attempted,
     )
     writer = UnitWriter(
         conf=settings.kafka_config(),

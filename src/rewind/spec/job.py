@@ -115,10 +115,10 @@ class JobSpec(_Model):
     @classmethod
     def _decode(cls, value: Any) -> Any:
         if isinstance(value, str):
-            if value.strip().lower() not in ("json", "avro", "raw"):
+            if value.strip().lower() not in ("json", "avro", "raw", "rows"):
                 raise _Bad(
                     "unknown format",
-                    "allowed: json, avro, raw, or a mapping with format: and options",
+                    "allowed: json, avro, raw, rows, or a mapping with format: and options",
                     got=value,
                 )
             return {"format": value.strip().lower()}
@@ -184,6 +184,13 @@ class JobSpec(_Model):
             self._mergeable()
         if self.source.table is not None:
             self._reproduce()
+        elif self.decode.format == "rows":
+            raise _Bad(
+                "used only by a table source",
+                "Kafka values are decoded: use json, avro or raw",
+                got="rows",
+                at=("decode",),
+            )
         kafka_sink, kafka_source = self.sink.kafka, self.source.kafka_window
         if kafka_sink and kafka_sink.partitioner != "murmur2" and kafka_source is not None:
             raise _Bad(
@@ -228,10 +235,10 @@ class JobSpec(_Model):
                 at=("sink", "kafka", "transactional"),
             )
         _fill(kafka, "transactional", True)
-        if self.decode.format != "json":
+        if self.decode.format != "rows":
             raise _Bad(
-                "a table source hands each row to the translate as a JSON object",
-                "use decode: json (decode.schema may type the columns)",
+                "a table source hands the translate rows, not serialized values",
+                "use decode: rows (the table's columns as the database types them)",
                 got=self.decode.format,
                 at=("decode",),
             )

@@ -144,9 +144,10 @@ class TableSource(_Model):
         description=(
             "Work units: the selected keys are cut into this many ranges of about equal size, each "
             "read by one Spark task (`WHERE key >= lo AND key < hi`) and produced in one "
-            "transaction. Default: one range per `run.work_unit_records` entities."
+            "transaction. Default: one range per `run.work_unit_records` entities, and at least one "
+            "per core once each holds 10,000."
         ),
-        json_schema_extra={"doc_default": "selected / `run.work_unit_records`"},
+        json_schema_extra={"doc_default": "selected / `run.work_unit_records`, at least one per core"},
     )
     skip_partitions: list[int] = Field(
         default_factory=list,

@@ -20,10 +20,11 @@ class Decode(_Model):
 
     AVRO_ONLY: ClassVar[tuple[str, ...]] = ("registry_url", "schema_dir", "reader_schema", "subject")
 
-    format: Literal["json", "avro", "raw"] = Field(
+    format: Literal["json", "avro", "raw", "rows"] = Field(
         description=(
             "`json`: a JSON object per value; `avro`: Confluent wire format (magic byte, schema "
-            "id, Avro body); `raw`: no decoding, the value stays bytes."
+            "id, Avro body); `raw`: no decoding, the value stays bytes; `rows` (a table source "
+            "only): the table's columns as the database types them."
         ),
     )
     registry_url: str | None = Field(

@@ -21,6 +21,7 @@ Steps, in order (nothing is written anywhere):
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -189,7 +190,7 @@ def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
                 "there and are left out (counted as filtered)"
             )
         # 4. key ranges = work units
-        count = table.key_ranges or max(1, math.ceil(len(keys) / spec.run.work_unit_records))
+        count = table.key_ranges or default_ranges(len(keys), spec.run.work_unit_records)
         ranges = cut_ranges(keys, count)
         facts["ranges"] = [r.to_dict() for r in ranges]
         out.units = tuple(WorkUnit(table.label, i, 0, r.entities, "table") for i, r in enumerate(ranges))
@@ -201,6 +202,13 @@ def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
         return out
     finally:
         reader.close()
+
+
+def default_ranges(entities: int, unit_records: int) -> int:
+    """One range per ``unit_records`` entities, and at least one per core once each holds
+    10,000 (so every core reads and produces)."""
+    cores = os.cpu_count() or 1
+    return max(1, math.ceil(entities / unit_records), min(cores, entities // 10_000))
 
 
 def _partition_count(settings: Settings, topic: str, given: int | None) -> int | None:

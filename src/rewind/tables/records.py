@@ -1,13 +1,17 @@
 """Rows of a table as Kafka-shaped records, so they take the translate path of every record.
 
-One row becomes one record of the Kafka source schema (:func:`rewind.core.arrow.kafka_record_schema`):
-``key`` = the entity id's bytes (:func:`rewind.tables.placement.key_bytes`), ``value`` = the
-row as a compact JSON object (orjson: timestamps and dates in ISO-8601, decimals and UUIDs as
-strings, bytes in base64), ``topic`` = the source label (``postgres:public.accounts``),
-``partition`` = the key range's number, ``offset`` = the row's position in its range (key
-order), ``timestamp`` = when the range was read (the extraction time). ``decode: json`` then
-hands the translate one column per table column, and lineage, event ids and quarantine rows
-work as for Kafka records: a quarantined row keeps its JSON and its coordinates.
+One row becomes one record of the Kafka source schema (:func:`rewind.core.arrow.kafka_record_schema`)
+plus the row's columns, each named ``row:<column>`` (:data:`rewind.translate.rows_decoder.ROW_PREFIX`,
+which ``decode: rows`` hands to the translate as they are): ``key`` = the entity id's bytes
+(:func:`rewind.tables.placement.key_bytes`), ``topic`` = the source label
+(``postgres:public.accounts``), ``partition`` = the key range's number, ``offset`` = the row's
+position in its range (key order), ``timestamp`` = when the range was read (the extraction
+time). So lineage, event ids and quarantine rows work as for Kafka records.
+
+``value`` stays null: nothing needs the row serialized, except a row that ends in quarantine,
+whose value :func:`with_row_values` fills with the row as a compact JSON object (orjson:
+timestamps and dates ISO-8601, decimals and UUIDs as strings, bytes base64), so a quarantined
+row keeps its content and its coordinates.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from rewind.tables.placement import key_bytes
+from rewind.translate.rows_decoder import ROW_PREFIX
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -33,35 +38,64 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+def _column(values: tuple[Any, ...] | list[Any]) -> pa.Array:
+    import pyarrow as pa
+
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types (SQLite is dynamically typed)
+        return pa.array([None if v is None else str(v) for v in values], pa.string())
+
+
 def as_records(
     rows: Rows, key_column: str, label: str, range_number: int, first_offset: int, extracted_at: datetime
 ) -> pa.RecordBatch:
     """``rows`` (in key order) as a Kafka-shaped batch whose offsets start at ``first_offset``."""
     import numpy as np
-    import orjson
     import pyarrow as pa
 
     from rewind.core.arrow import kafka_record_schema
 
     n = len(rows.rows)
     at = rows.columns.index(key_column)
-    names = rows.columns
-    dumps = orjson.dumps
-    options = orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS
-    values = [
-        dumps(dict(zip(names, row, strict=True)), default=_default, option=options) for row in rows.rows
-    ]
-    keys = [key_bytes(row[at]) for row in rows.rows]
+    columns = list(zip(*rows.rows, strict=True)) if n else [() for _ in rows.columns]
+    keys = [key_bytes(k) for k in columns[at]]
     micros = int(extracted_at.timestamp() * 1_000_000)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.repeat(pa.scalar(label, pa.string()), n),
-            pa.repeat(pa.scalar(range_number, pa.int32()), n),
-            pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64)),
-            pa.repeat(pa.scalar(micros, pa.timestamp("us", tz="UTC")), n),
-            pa.repeat(pa.scalar(0, pa.int32()), n),
-        ],
-        schema=kafka_record_schema(False),
-    )
+    record = kafka_record_schema(False)
+    arrays = [
+        pa.array(keys, pa.binary()),
+        pa.nulls(n, pa.binary()),
+        pa.repeat(pa.scalar(label, pa.string()), n),
+        pa.repeat(pa.scalar(range_number, pa.int32()), n),
+        pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64)),
+        pa.repeat(pa.scalar(micros, pa.timestamp("us", tz="UTC")), n),
+        pa.repeat(pa.scalar(0, pa.int32()), n),
+    ]
+    names = list(record.names)
+    for name, values in zip(rows.columns, columns, strict=True):
+        arrays.append(_column(values))
+        names.append(ROW_PREFIX + name)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def row_values(rows: Rows, positions: list[int]) -> list[bytes]:
+    """The rows at ``positions`` as compact JSON objects."""
+    import orjson
+
+    options = orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS
+    names = rows.columns
+    return [
+        orjson.dumps(dict(zip(names, rows.rows[i], strict=True)), default=_default, option=options)
+        for i in positions
+    ]
+
+
+def with_row_values(quarantine: pa.Table, rows: Rows, first_offset: int) -> pa.Table:
+    """Quarantine rows of a batch of ``rows`` with their ``value``: the row as JSON."""
+    import pyarrow as pa
+
+    if quarantine.num_rows == 0:
+        return quarantine
+    positions = [o - first_offset for o in quarantine.column("offset").to_pylist()]
+    index = quarantine.schema.get_field_index("value")
+    return quarantine.set_column(index, "value", pa.array(row_values(rows, positions), pa.binary()))

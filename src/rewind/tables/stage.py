@@ -36,7 +36,7 @@ from rewind.errors import RewindError
 from rewind.spark.progress_channel import ProgressAddress, TaskReporter
 from rewind.tables.placement import key_bytes
 from rewind.tables.readers import Key, Selection, TableReader
-from rewind.tables.records import as_records
+from rewind.tables.records import as_records, with_row_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,7 +61,7 @@ class UnitSession(Protocol):
 class UnitWriter(Protocol):
     """Plain data pickled to the tasks: opens one unit's output."""
 
-    def open(self, unit_id: str) -> UnitSession: ...
+    def open(self, unit_id: str, first_attempt: bool = False) -> UnitSession: ...
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,9 @@ class TableStageContext:
     rate_limit_id: str = ""
     progress: ProgressAddress | None = None
     batch_rows: int = 10_000
+    attempted: frozenset[str] = frozenset()
+    """Units an earlier run attempt started (a Spark task's first attempt of another unit has
+    nothing committed to look for)."""
 
 
 @dataclass
@@ -134,7 +137,7 @@ class TableUnits:
         spec = JobSpec.model_validate_json(ctx.spec_json)
         table = spec.source.table
         assert table is not None
-        session = self.writer.open(unit.id)  # 1.
+        session = self.writer.open(unit.id, _first_attempt(unit.id, ctx.attempted))  # 1.
         if session.done is not None:
             done = session.done
             return TableUnitOutput(
@@ -161,7 +164,8 @@ class TableUnits:
                 n = len(rows.rows)
                 if pacer is not None:
                     pacer.acquire(n, 0, time.sleep)
-                records = as_records(rows, table.key, table.label, unit.partition, offset, pctx.extracted_at)
+                first = offset
+                records = as_records(rows, table.key, table.label, unit.partition, first, pctx.extracted_at)
                 offset += n
                 reporter.add(unit.id, n)
                 if skip:  # 3. entities of blocked partitions: read, filtered, never produced
@@ -178,13 +182,14 @@ class TableUnits:
                     records, decoder, translator, spec.key, pctx, output_schema=user_schema
                 )
                 if result.quarantine.num_rows:
+                    quarantine = with_row_values(result.quarantine, rows, first)
                     if q_writer is None:
                         safe = unit.id.replace("/", "_").replace(":", "_")
                         q_writer, path = open_writer(
-                            ctx.quarantine_folder, f"{ctx.run_id}-quarantine-{safe}", result.quarantine.schema
+                            ctx.quarantine_folder, f"{ctx.run_id}-quarantine-{safe}", quarantine.schema
                         )
                         q_files.append(path)
-                    q_writer.write_table(result.quarantine)
+                    q_writer.write_table(quarantine)
                 session.produce(result.rows)
                 counts = counts.merge(result.counts)
             if q_writer is not None:  # 4.
@@ -208,6 +213,15 @@ class TableUnits:
         return SharedFilePacer(
             limit, shared_state_path(default_state_dir(), f"read-{self.ctx.rate_limit_id}")
         )
+
+
+def _first_attempt(unit_id: str, attempted: frozenset[str]) -> bool:
+    """No attempt of the unit can have committed: the run never started it, and this is the
+    Spark task's first attempt (a retried or speculative task may follow a committed one)."""
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    return unit_id not in attempted and task is not None and task.attemptNumber() == 0
 
 
 def result_arrow_schema() -> pa.Schema:

@@ -29,6 +29,10 @@ def make_decoder(decode: Decode) -> Decoder:
         return JsonDecoder(decode.schema_, cast(Any, decode.null_value or "quarantine"))
     if decode.format == "raw":
         return RawDecoder()
+    if decode.format == "rows":
+        from rewind.translate.rows_decoder import RowsDecoder
+
+        return RowsDecoder()
     if decode.schema_dir:
         reader = decode.reader_schema if decode.reader_schema not in (None, "latest") else None
         source: Any = LocalSchemaSource(decode.schema_dir, reader)

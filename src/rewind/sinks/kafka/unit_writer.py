@@ -10,8 +10,10 @@ its own transactional id, holding the unit's records and its commit marker in
 1. open a producer with the unit's transactional id ``rewind-<run id>-u-<digest of the unit>``
    (the same on every attempt): ``init_transactions`` fences an earlier attempt of the unit
    (a retried task, the task of a killed driver) and aborts what it left open;
-2. read the run's bookkeeping: a marker naming the unit means an earlier attempt committed
-   it; nothing is produced and the marker's counts and quarantine files are handed back;
+2. unless this is the unit's very first attempt (never attempted in the ledger, the Spark
+   task's attempt 0), read the run's bookkeeping: a marker naming the unit means an earlier
+   attempt committed it; nothing is produced and the marker's counts and quarantine files are
+   handed back;
 3. begin the transaction; produce the rows as they come, in key order, each with an explicit
    partition: the one the live producer picks for the record's key bytes
    (:mod:`rewind.kafka.partitioner`, ``sink.kafka.partitioner``);
@@ -88,11 +90,12 @@ class UnitWriter:
     partitioner: str = "murmur2"
     skip_partitions: tuple[int, ...] = ()
 
-    def open(self, unit_id: str) -> UnitSession:
+    def open(self, unit_id: str, first_attempt: bool = False) -> UnitSession:
         """Steps 1-3 of the module docstring; the session's ``done`` is set when the unit was
-        committed already (and nothing may be produced)."""
+        committed already (and nothing may be produced). ``first_attempt``: no attempt of the
+        unit can have committed, so the bookkeeping is not read."""
         session = UnitSession(self, KafkaStaging.from_dict(self.staging), unit_id)
-        session.start()
+        session.start(first_attempt)
         return session
 
 
@@ -111,7 +114,7 @@ class UnitSession:
     _avro: Any = None
     _started: float = 0.0
 
-    def start(self) -> None:
+    def start(self, first_attempt: bool = False) -> None:
         self._started = time.monotonic()
         run_id = self.staging.run_id
         self._txn = TransactionalProducer(
@@ -123,8 +126,10 @@ class UnitSession:
         )
         try:
             self._txn.open()  # 1. fences an earlier attempt of this unit
-            runlog = read_run_log(self.writer.conf, self.staging.bookkeeping, run_id)  # 2.
-            for marker in runlog.commits:
+            runlog = (
+                None if first_attempt else read_run_log(self.writer.conf, self.staging.bookkeeping, run_id)
+            )
+            for marker in runlog.commits if runlog is not None else ():  # 2.
                 if self.unit_id in marker.get("units", []):
                     extra = marker.get("extra") or {}
                     self.done = CommittedUnit(
