@@ -8,16 +8,25 @@ its partition, and a read model upserted on ``order_id`` must hold exactly that 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
 from confluent_kafka import Consumer, Producer
 
-ORDERS = 40
+from rewind.config import Settings, load_settings
+from rewind.history import archive_once
+from tests.kafka_util import create_topic
+
+ROOT = Path(__file__).resolve().parent.parent
+ORDERS = 400
 
 
 def event(seq: int) -> tuple[int, bytes, bytes]:
@@ -130,3 +139,157 @@ def committed_units(db: Path, run_id: str) -> list[str]:
         return [
             r[0] for r in conn.execute("SELECT unit_id FROM rewind_unit_commits WHERE run_id = ?", (run_id,))
         ]
+
+
+def create_v1(settings: Any, spec: Any, db: Path, table: str) -> None:
+    """v1 as the live service's read model: the job's output columns (lineage included), unique on the key."""
+    from rewind.job.plan import build_plan
+    from rewind.sinks.sql.types import sqlite_type
+
+    schema = build_plan(settings, spec).output_schema()
+    cols = ", ".join(f'"{f.name}" {sqlite_type(f.type)}' for f in schema)
+    with sqlite3.connect(db) as conn:
+        conn.execute(f'CREATE TABLE "{table}" ({cols})')
+        conn.execute(f'CREATE UNIQUE INDEX "{table}_key" ON "{table}" (order_id)')
+
+
+UPSERT = (
+    'INSERT INTO "{table}" (order_id, status, amount, _rewind_event_id, _rewind_source_topic, '
+    "_rewind_source_partition, _rewind_source_offset, _rewind_source_timestamp) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (order_id) DO UPDATE SET status = excluded.status, "
+    "amount = excluded.amount, _rewind_event_id = excluded._rewind_event_id, "
+    "_rewind_source_partition = excluded._rewind_source_partition, "
+    "_rewind_source_offset = excluded._rewind_source_offset, "
+    "_rewind_source_timestamp = excluded._rewind_source_timestamp"
+)
+
+
+class LiveConsumer(threading.Thread):
+    """The live service: a consumer group that upserts each event's row into v1, then commits.
+
+    The row is what the job's translate makes of the event (order_id, status, amount) with the
+    source lineage the shadow's verification needs (its settle time reads the source time).
+    """
+
+    def __init__(self, conf: dict[str, Any], topic: str, group: str, db: Path, table: str) -> None:
+        super().__init__(daemon=True)
+        self.conf, self.topic, self.group, self.db, self.table = conf, topic, group, db, table
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+        self.applied = 0
+
+    def run(self) -> None:
+        from datetime import UTC, datetime
+
+        try:
+            consumer = Consumer(
+                {
+                    **self.conf,
+                    "group.id": self.group,
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "client.id": "orders-service",
+                }
+            )
+            consumer.subscribe([self.topic])
+            conn = sqlite3.connect(self.db, timeout=30, isolation_level=None)
+            try:
+                while not self.halt.is_set():
+                    msgs = [m for m in consumer.consume(200, 0.2) if m.error() is None]
+                    if not msgs:
+                        continue
+                    conn.execute("BEGIN IMMEDIATE")
+                    for m in msgs:
+                        v = json.loads(m.value())
+                        at = datetime.fromtimestamp(m.timestamp()[1] / 1000, UTC).strftime(
+                            "%Y-%m-%d %H:%M:%S.%f"
+                        )
+                        conn.execute(
+                            UPSERT.format(table=self.table),
+                            (
+                                int(v["order_id"]),
+                                v["status"],
+                                float(v["amount"]),
+                                f"{m.topic()}/{m.partition()}/{m.offset()}",
+                                m.topic(),
+                                m.partition(),
+                                m.offset(),
+                                at,
+                            ),
+                        )
+                    conn.execute("COMMIT")
+                    consumer.commit(asynchronous=False)
+                    self.applied += len(msgs)
+            finally:
+                conn.close()
+                consumer.close()  # leaves the group: it is inactive from here
+        except BaseException as exc:  # surfaced by stop()
+            self.error = exc
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(60)
+        assert self.error is None, self.error
+
+
+def shadow_env(tmp_path: Path, bootstrap: str) -> dict[str, str]:
+    return {
+        "REWIND_STATE_DIR": str(tmp_path / "state"),
+        "REWIND_BOOTSTRAP_SERVERS": bootstrap,
+        "REWIND_SPARK_CONF": json.dumps(
+            {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+        ),
+    }
+
+
+def run_child(
+    env: dict[str, str], spec: Path, done: Path, cwd: Path, fault: str | None = None, limit: float = 150
+) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
+    full.update(env)
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
+    if fault:
+        full["REWIND_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "tests.shadow_child", str(spec), str(done), str(limit)],
+        env=full,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+
+def rewind(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
+    full.update(env)
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
+    return subprocess.run(
+        [str(ROOT / ".venv/bin/rewind"), *args],
+        env=full,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+
+def prepared(
+    noida_broker: Any, spark: Any, tmp_path: Path, name: str, shadow: dict[str, Any] | None = None
+) -> tuple[Settings, dict[str, Any], str, Path, Path]:
+    """A keyed topic with 300 events per partition, the first 150 of each archived (and
+    declared gone from the log), and the spec of a shadow over it."""
+    env = shadow_env(tmp_path, noida_broker.bootstrap)
+    settings = load_settings(env=env, cwd=tmp_path)
+    conf = settings.kafka_config()
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, topic, 2)
+    produce_range(conf, topic, 0, 400)
+    archive = f"lake.archive_{uuid.uuid4().hex[:6]}"
+    archive_once(settings, [topic], archive, spark=spark)
+    produce_range(conf, topic, 400, 600)
+    db = tmp_path / "read_model.db"
+    data = spec_data(name, topic, archive, 150, db, "orders", f"live-{topic}")
+    data["shadow"].update(shadow or {})
+    spec = write_spec(tmp_path / "shadow.yaml", data)
+    return settings, conf, topic, db, spec

@@ -12,83 +12,13 @@ the data is small.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
-from rewind.config import Settings, load_settings
-from rewind.history import archive_once
 from rewind.shadow.positions import coverage
 from tests import shadow_fixtures as sf
 from tests.brokers import TestBroker
-from tests.kafka_util import create_topic
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def shadow_env(tmp_path: Path, bootstrap: str) -> dict[str, str]:
-    return {
-        "REWIND_STATE_DIR": str(tmp_path / "state"),
-        "REWIND_BOOTSTRAP_SERVERS": bootstrap,
-        "REWIND_SPARK_CONF": json.dumps(
-            {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-        ),
-    }
-
-
-def run_child(
-    env: dict[str, str], spec: Path, done: Path, cwd: Path, fault: str | None = None, limit: float = 150
-) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
-    full.update(env)
-    full["PYTHONPATH"] = str(ROOT)
-    if fault:
-        full["REWIND_FAULT"] = fault
-    return subprocess.run(
-        [sys.executable, "-m", "tests.shadow_child", str(spec), str(done), str(limit)],
-        env=full,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-
-
-def rewind(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
-    full.update(env)
-    full["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [str(ROOT / ".venv/bin/rewind"), *args],
-        env=full,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-
-
-def prepared(
-    noida_broker: TestBroker, spark: Any, tmp_path: Path, name: str
-) -> tuple[Settings, dict[str, Any], str, Path, Path]:
-    """A keyed topic with 300 events per partition, the first 150 of each archived (and
-    declared gone from the log), and the spec of a shadow over it."""
-    env = shadow_env(tmp_path, noida_broker.bootstrap)
-    settings = load_settings(env=env, cwd=tmp_path)
-    conf = settings.kafka_config()
-    topic = f"orders-{uuid.uuid4().hex[:8]}"
-    create_topic(conf, topic, 2)
-    sf.produce_range(conf, topic, 0, 400)
-    archive = f"lake.archive_{uuid.uuid4().hex[:6]}"
-    archive_once(settings, [topic], archive, spark=spark)
-    sf.produce_range(conf, topic, 400, 600)
-    db = tmp_path / "read_model.db"
-    data = sf.spec_data(name, topic, archive, 150, db, "orders", f"live-{topic}")
-    spec = sf.write_spec(tmp_path / "shadow.yaml", data)
-    return settings, conf, topic, db, spec
+from tests.shadow_fixtures import prepared, rewind, shadow_env
 
 
 def test_a_shadow_killed_in_history_and_in_its_tail_continues_with_no_gap_and_no_duplicate(
@@ -100,9 +30,9 @@ def test_a_shadow_killed_in_history_and_in_its_tail_continues_with_no_gap_and_no
     producer = sf.LiveProducer(conf, topic, 600, rate=40)
     producer.start()
     try:
-        first = run_child(env, spec, done, tmp_path, fault="after-sink-commit")  # in the history run
+        first = sf.run_child(env, spec, done, tmp_path, fault="after-sink-commit")  # in the history run
         assert first.returncode == -9, first.stderr[-3000:]
-        second = run_child(env, spec, done, tmp_path, fault="shadow-after-batch-commit:2")  # in the tail
+        second = sf.run_child(env, spec, done, tmp_path, fault="shadow-after-batch-commit:2")  # in the tail
         assert second.returncode == -9, second.stderr[-3000:]
     finally:
         last = producer.stop()

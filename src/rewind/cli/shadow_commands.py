@@ -98,3 +98,79 @@ def status(
         console.print(f"[bold]shadow {d['shadow']}[/] is {d['state']}: {word} ({d['caught_up_reason']})")
 
     output(json_out).result(shadow_status(_settings(), name, history=history), render)
+
+
+@shadow_app.command("verify")
+@command
+def verify(
+    name: NameArg,
+    repeat: Annotated[int, typer.Option("--repeat", help="Verify this many times.")] = 1,
+    every: Annotated[float, typer.Option("--every", help="Seconds between verifications.")] = 30.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Compare v2 with v1 on keys settled for settle_s; record each result; say go or no-go."""
+    from rewind.shadow.verify import verify_shadow
+
+    def render(console: Console, d: dict[str, Any]) -> None:
+        for r in d["results"]:
+            word = "[green]passed[/]" if r["passed"] else "[red]failed[/]"
+            console.print(
+                f"{word}: {r['rows']} rows, {r['missing']} missing, {r['extra']} extra, "
+                f"{r['changed']} changed ({r['unsettled_keys']} keys updated within "
+                f"{r['settle_s']:g} s left out)"
+            )
+        go = "[bold green]go[/]" if d["go"] else "[bold yellow]no-go[/]"
+        console.print(f"shadow {d['shadow']}: {go} for cutover ({d['go_reason']})")
+
+    output(json_out).result(verify_shadow(_settings(), name, repeat=repeat, every_s=every), render)
+
+
+def _render_proof(console: Console, d: dict[str, Any]) -> None:
+    table = Table("TOPIC", "PARTITION", "HISTORY-START", "GROUP-AT", "CUT", "OVERLAP", "V2-RANGES", "HOLDS")
+    for p in d["partitions"]:
+        table.add_row(
+            p["topic"],
+            str(p["partition"]),
+            f"{p['history_start']:,}",
+            f"{p['committed']:,}",
+            f"{p['cut']:,}",
+            str(p["overlap"]),
+            " ".join(f"[{a},{b})" for a, b in p["v2_ranges"]),
+            "yes" if p["holds"] else "NO",
+        )
+    console.print(table)
+    console.print(f"cut line: {d['reason']}")
+
+
+@shadow_app.command("cut")
+@command
+def cut(name: NameArg, json_out: JsonOpt = False) -> None:
+    """Take the cut line from the (inactive) live group minus the overlap, prove it, record it."""
+    from rewind.shadow.cutline import cut_shadow
+
+    output(json_out).result(cut_shadow(_settings(), name), _render_proof)
+
+
+@shadow_app.command("cutover")
+@command
+def cutover(
+    name: NameArg,
+    hard: Annotated[bool, typer.Option("--hard", help="Swap v2 in for v1 now, in one step.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Cut over to v2: --hard swaps it in atomically (gates: caught up, verified, live group inactive)."""
+    from rewind.shadow.cutover import cutover_hard
+    from rewind.shadow.exceptions import ShadowError
+
+    if not hard:
+        raise ShadowError("say how to cut over: --hard (swap v2 in now)")
+
+    def render(console: Console, d: dict[str, Any]) -> None:
+        swap = d["swap"]
+        console.print(
+            f"[bold green]shadow {d['shadow']} cut over[/]: {swap['after'].get('from')} is now "
+            f"{swap['after'].get('table')}; v1 kept as {swap['after'].get('previous')} "
+            "(`rewind rollback` until `rewind shadow decommission`)"
+        )
+
+    output(json_out).result(cutover_hard(_settings(), name), render)

@@ -33,6 +33,8 @@ def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[s
             "run_id": ctx.record.run_id,
             "live_group": config.live_group,
             "history_end": ctx.record.history_end,
+            "v1": getattr(ctx.staging, "target_table", None),
+            "v2": getattr(ctx.staging, "table", None),
             "partitions": [p.to_dict() for p in lag],
             "max_lag": max((p.lag for p in lag), default=0),
             "caught_up": ok,

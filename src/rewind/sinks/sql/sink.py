@@ -494,6 +494,29 @@ class SqlSink(StagingSink[SqlStaging]):
             raise ValueError(f"the {self.kind} sink cannot rebase a promotion")
         return with_lock_retry(self, lambda: promote_once(self, staging))
 
+    def rebase_target(self, staging: SqlStaging) -> dict[str, Any]:
+        """Record the target as it is now as staging's base (a shadow's cut line, its writers
+        stopped): the promotion then refuses a target that moved after this, not before."""
+        from sqlalchemy import select, update
+
+        sname = TableName.parse(staging.table)
+        with self._tx() as tx:
+            book = self._tables(tx)
+            state = tx.conn.execute(
+                select(book.stagings.c.state).where(book.stagings.c.staging == sname.name).with_for_update()
+            ).scalar()
+            if state != "staged":
+                raise SqlSinkError(f"staging {sname} is {state}, not staged; its base cannot move")
+            target = self._name(tx)
+            self._backend.lock_share(tx, target)
+            rows, fingerprint = self._backend.fingerprint(tx, target)
+            tx.conn.execute(
+                update(book.stagings)
+                .where(book.stagings.c.staging == sname.name)
+                .values(base_rows=rows, base_fingerprint=fingerprint, updated_at=datetime.now(UTC))
+            )
+        return {"table": str(target), "rows": rows, "fingerprint": fingerprint}
+
     def rollback(self, staging: SqlStaging, promoted: dict[str, Any]) -> Swap:
         """Undo a promotion: the promoted table becomes the staging again, the previous one the target.
 

@@ -1,0 +1,198 @@
+"""A whole shadow migration with a hard cutover, on real parts, while orders keep arriving.
+
+A producer writes keyed order events for the whole test; the live service (a consumer group
+in a thread) upserts them into v1. The shadow rebuilds v2 from archive + log and follows the
+topic. Refused on the way, each in one line with nothing changed: a cutover before the shadow
+is caught up, before verification passed, while the live group is active (its member named),
+and when v1 moved after the cut line. Then the live service stops, the tail catches up and
+stops, the cut line is proven and v2 is swapped in for v1; the live service resumes from the
+cut line (the overlap is re-applied idempotently) on the swapped table, and the final table
+equals a clean recomputation of all events: no order missing or doubled. Runs on noida-db
+(a group joins in ~0.4 s there, ~20 s on tansu); the data is small.
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rewind.errors import RewindError
+from rewind.shadow.cutline import cut_shadow
+from rewind.shadow.cutover import cutover_hard
+from rewind.shadow.status import shadow_status
+from rewind.shadow.verify import verify_shadow
+from tests import shadow_fixtures as sf
+from tests.brokers import TestBroker
+from tests.shadow_fixtures import ROOT, prepared, rewind, shadow_env
+
+NAME = "shadow-hard"
+SHADOW = {"lag_threshold": 100, "caught_up_for_s": 2, "settle_s": 5, "verify_passes": 2, "rewind_by": 5}
+
+
+def wait_for(what: str, check: Any, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def state(settings: Any, v1: bool = False) -> tuple[Any, ...]:
+    """The shadow's state, the tables and v2's rows (and v1's, once the live service is
+    stopped): what a refused command must leave unchanged."""
+    status = shadow_status(settings, NAME, history=1)
+    db = settings_db(settings)
+    with sqlite3.connect(db) as conn:
+        tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        group = conn.execute("SELECT COUNT(*) FROM rewind_unit_commits").fetchone()[0]
+    rows = sorted(sf.table_rows(db, status["v2"]))
+    return status["state"], tables, group, rows, sorted(sf.table_rows(db, "orders")) if v1 else None
+
+
+def settings_db(settings: Any) -> Path:
+    return Path(settings.state_path).parent / "read_model.db"
+
+
+def start_tail(env: dict[str, str], spec: Path, cwd: Path) -> subprocess.Popen[str]:
+    import os
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
+    full.update(env)
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
+    return subprocess.Popen(
+        [str(ROOT / ".venv/bin/rewind"), "shadow", "start", str(spec), "--for", "400"],
+        env=full,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def refused(call: Any, *words: str) -> str:
+    with pytest.raises(RewindError) as err:
+        call()
+    message = str(err.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message, message
+    return message
+
+
+def test_hard_cutover_swaps_in_a_v2_equal_to_a_clean_recomputation(
+    noida_broker: TestBroker, spark: Any, tmp_path: Path
+) -> None:
+    settings, conf, topic, db, spec = prepared(noida_broker, spark, tmp_path, NAME, SHADOW)
+    env = shadow_env(tmp_path, noida_broker.bootstrap)
+    group = f"live-{topic}"
+    from rewind.spec import load_spec
+
+    sf.create_v1(settings, load_spec(spec), db, "orders")
+    live = sf.LiveConsumer(conf, topic, group, db, "orders")
+    live.start()
+    producer = sf.LiveProducer(conf, topic, 600, rate=20)
+    producer.start()
+    tail = None
+    try:
+        # history, then a tail of about one sample: measured for less than caught_up_for_s
+        first = rewind(env, tmp_path, "shadow", "start", str(spec), "--for", "0.1", "--json")
+        assert first.returncode == 0, first.stderr[-3000:]
+        before = state(settings)
+        refused(lambda: cutover_hard(settings, NAME), "not caught up", "nothing was changed")
+        assert state(settings) == before
+
+        tail = start_tail(env, spec, tmp_path)
+        try:
+            wait_for("caught up", lambda: shadow_status(settings, NAME)["caught_up"])
+        except AssertionError:
+            tail.kill()
+            out, err = tail.communicate(30)
+            raise AssertionError(f"{shadow_status(settings, NAME)}\n{out[-2000:]}\n{err[-4000:]}") from None
+        before = state(settings)
+        refused(lambda: cutover_hard(settings, NAME), "0 of the 2 verifications", "nothing was changed")
+        assert state(settings)[:3] == before[:3]  # v2 moves with the running tail, nothing else
+
+        checked = verify_shadow(settings, NAME, repeat=2, every_s=1)
+        assert [r["passed"] for r in checked["results"]] == [True, True], checked["results"]
+        assert checked["go"] is True
+        assert all(r["rows"]["staging"] == r["rows"]["reference"] > 0 for r in checked["results"])
+
+        # the live service still runs: refused, naming its member
+        refused(lambda: cutover_hard(settings, NAME), f"consumer group '{group}' is active", "orders-service")
+    except BaseException:
+        if tail is not None and tail.poll() is None:
+            tail.kill()
+            tail.wait(30)
+        raise
+    finally:
+        last = producer.stop()
+        live.stop()
+    # the live group is inactive; the tail catches up to the log end, then stops
+    wait_for("v2 at the log end", lambda: shadow_status(settings, NAME)["max_lag"] == 0)
+    assert tail is not None
+    tail.send_signal(signal.SIGINT)
+    try:
+        tail.wait(60)
+    except subprocess.TimeoutExpired:
+        tail.kill()
+        tail.wait(30)
+
+    cut = cut_shadow(settings, NAME)
+    assert cut["holds"] is True
+    for p in cut["partitions"]:
+        assert p["overlap"] == 5 and p["cut"] == p["committed"] - 5
+        assert p["v2_ranges"] == [[0, p["v2_end"]]] and p["v2_end"] >= p["committed"]
+    ends = {p: last // 2 + (1 if last % 2 > p else 0) for p in (0, 1)}
+    assert all(p["committed"] <= ends[p["partition"]] for p in cut["partitions"])
+    reread = sum(ends[p["partition"]] - p["cut"] for p in cut["partitions"])
+
+    # v1 moves after the cut line: the swap is refused, nothing swapped; undone, it goes through
+    with sqlite3.connect(db) as conn:
+        old = conn.execute("SELECT amount FROM orders WHERE order_id = 1").fetchone()[0]
+        conn.execute("UPDATE orders SET amount = -1 WHERE order_id = 1")
+    before = state(settings, v1=True)
+    refused(lambda: cutover_hard(settings, NAME), "v1 moved after the cut line", "nothing was swapped")
+    assert state(settings, v1=True) == before
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE orders SET amount = ? WHERE order_id = 1", (old,))
+
+    done = cutover_hard(settings, NAME)
+    assert done["state"] == "cutover" and done["swap"]["after"]["table"].endswith("orders")
+    with sqlite3.connect(db) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert shadow_status(settings, NAME)["state"] == "cutover"
+    assert "orders" in tables and any(t.startswith("orders__rewind_prev_") for t in tables)
+
+    # the live service resumes from the cut line on the swapped table while orders keep coming
+    live = sf.LiveConsumer(conf, topic, group, db, "orders")
+    live.start()
+    sf.produce_range(conf, topic, last, last + 100)
+    expected = sf.expected_rows(conf, topic)
+    wait_for(
+        "the live service at the log end", lambda: live.applied >= reread + 100 and _at_end(db, expected)
+    )
+    live.stop()
+    rows = sf.table_rows(db, "orders")
+    assert len(rows) == len({r[0] for r in rows}) == sf.ORDERS
+    assert {r[0]: (r[1], r[2], r[3], r[4]) for r in rows} == expected
+    assert live.applied == reread + 100, "the live service resumed at the cut line (5 before its offsets)"
+
+
+def _at_end(db: Path, expected: dict[int, tuple[str, float, int, int]]) -> bool:
+    rows = sf.table_rows(db, "orders")
+    return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows} == expected
+
+
+def test_refusals_name_what_to_do(tmp_path: Path) -> None:
+    from rewind.config import load_settings
+
+    settings = load_settings(env={"REWIND_STATE_DIR": str(tmp_path)}, cwd=tmp_path)
+    refused(lambda: cutover_hard(settings, "nope"), "nope", "rewind shadow start")
