@@ -10,6 +10,7 @@ plan in one line and writes nothing.
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -155,6 +156,21 @@ def test_iceberg_latest_event_time_with_a_time_cut_line_and_routing(world: World
         assert run.totals["merge"] == outcome.merged
         audit = ledger.audit_log(outcome.run_id)
         assert [a.details for a in audit if a.action == "merged"] == [outcome.merged]
+    shown = "merge: applied 3, rejected stale 1, deduplicated 1, superseded 1, routed 2"
+    show = subprocess.run(
+        [jf.REWIND_BIN, "show", outcome.run_id],
+        cwd=world.tmp,
+        env={**jf.child_env(world.settings), "COLUMNS": "300"},  # one line per fact, unwrapped
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert show.returncode == 0, show.stderr
+    assert show.stdout.count(shown) == 2  # the run's totals and its audit entry
+    from rewind.verify.service import verify_run
+
+    report = verify_run(world.settings, outcome.run_id, report_path=world.tmp / "merge.json")
+    assert report["merge"] == outcome.merged and shown in report["notes"]
 
 
 def test_postgres_prefer_backfill_with_an_offset_cut_line(world: World, pg_url: str) -> None:

@@ -172,6 +172,10 @@ def _render_outcome(console: Console, d: dict[str, Any]) -> None:
         console.print(f"  quarantined {count:,}: {reason}")
     if d.get("folded"):
         console.print(f"  {_folded(d['folded'])}")
+    if d.get("merged"):
+        from rewind.job.merge import describe_merge
+
+        console.print(f"  {describe_merge(d['merged'])}")
     staging = d["staging"]
     where = staging.get("table") or (f"topic {staging['topic']}" if staging.get("topic") else "?")
     where += f"@{staging['branch']}" if staging.get("branch") else ""
@@ -225,6 +229,10 @@ def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: Json
         )
         for reason, count in (d["quarantine_reasons"] or {}).items():
             console.print(f"  quarantined {count}: {reason}")
+        if d.get("merge"):
+            from rewind.job.merge import describe_merge
+
+            console.print(f"  {describe_merge(d['merge'])}")
         console.print(f"staging ({d['staging_state']}): {_staging_text(d['staging'])}", soft_wrap=True)
         if d["report"]:
             console.print(f"report: {d['report'].get('html') or d['report'].get('json')}", soft_wrap=True)
@@ -285,6 +293,10 @@ def _history_detail(entry: dict[str, Any]) -> str:
         return f": {'passed' if d['passed'] else 'FAILED'}"
     if "rows_in" in d:
         return f": {_folded(d)}"
+    if entry["action"] == "merged":
+        from rewind.job.merge import describe_merge
+
+        return f": {describe_merge(d)}"
     return f": {d['reason']}" if d.get("reason") else ""
 
 

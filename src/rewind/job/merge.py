@@ -38,7 +38,7 @@ from rewind.core.columns import (
     SOURCE_TIMESTAMP,
     SOURCE_TOPIC,
 )
-from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
+from rewind.core.counts import MERGE_DECISIONS, UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.merge import MergePolicy, MergeResult, decide
 from rewind.core.parquet import write_parquet
 
@@ -316,3 +316,15 @@ def _commit_iceberg(
         if applied is not None:
             tx.append(applied, snapshot_properties=props, branch=branch)
 
+
+
+def recorded_merge(ledger: Ledger, run_id: str) -> dict[str, int] | None:
+    """The decision counts of the run's merge, as its audit entry recorded them."""
+    found = [a.details for a in ledger.audit_log(run_id) if a.action == "merged"]
+    return dict(found[-1]) if found else None
+
+
+def describe_merge(counts: dict[str, int]) -> str:
+    """``merge: applied 3, rejected stale 1, ...`` for summaries and reports."""
+    shown = (f"{name.replace('_', ' ')} {counts.get(name, 0):,}" for name in MERGE_DECISIONS)
+    return "merge: " + ", ".join(shown)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rewind import faults
 from rewind.core.console import QUIET, Console
 from rewind.errors import RewindError
+from rewind.job.merge import recorded_merge
 from rewind.job.plan import JobPlan, PlanRefused, build_plan
 from rewind.job.run_status import shown_state
 from rewind.job.runner import RunOutcome, execute, start_run
@@ -179,6 +180,7 @@ def show_run(settings: Settings, run_id: str) -> dict[str, Any]:
             "quarantined": totals.quarantined,
             "filtered": totals.filtered,
             "quarantine_reasons": totals.reasons,
+            "merge": recorded_merge(ledger, run_id),
             "units_total": totals.units,
             "units_by_state": totals.by_state,
             "units": [

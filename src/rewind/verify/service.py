@@ -141,6 +141,7 @@ def verify_run(
     """
     from rewind.catalog import load_catalog
     from rewind.job.components import make_sink
+    from rewind.job.merge import describe_merge, recorded_merge
     from rewind.job.service import load_plan, open_ledger, usable_plan
     from rewind.job.spec_secrets import check_same_job
     from rewind.spark import session
@@ -177,6 +178,7 @@ def verify_run(
         needs_catalog = verify.reference.iceberg is not None or verify.reference.sql is not None
         catalog = load_catalog(settings) if needs_catalog else None
         window_column = spec.sink.window_column
+        merged = recorded_merge(ledger, run_id)  # what the run's merge policy decided, per row
         with scratch(settings) as folder:
             side = reference_side(
                 spark,
@@ -200,8 +202,10 @@ def verify_run(
                 run_id=run_id,
                 staging_name=f"{sink.kind}:{staging.describe()}",
                 reference_name=side.name,
-                notes=side.notes,
+                notes=[*side.notes, *([describe_merge(merged)] if merged else [])],
             )
+        if merged:
+            report["merge"] = merged
         report["verify_section"] = used
         write_report(report, Path(report_path) if report_path else default_report_path(settings, run_id))
         ledger.audit(run_id, "verify", {**summary(report), "verify_section": used})
