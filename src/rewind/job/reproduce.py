@@ -6,9 +6,10 @@ as one Kafka transaction holding the unit's records and its marker (:mod:`rewind
 that is what lets it keep up with a bare produce loop. The marker names the unit's quarantine
 file, so the order becomes, per wave:
 
-1. before the first wave (the reconcile stage): fence the transactions of units an earlier
-   attempt started and did not finish (a killed driver's tasks may hold ``rewind.commits``
-   open); then the usual reconcile marks done the units whose marker is in the log;
+1. before staging is prepared (which reads the run's bookkeeping): fence the transactions of
+   units an earlier attempt started and did not finish (a killed driver's or task's open
+   transaction holds ``rewind.commits`` back until the broker aborts it); then the usual
+   reconcile marks done the units whose marker is in the log;
 2. check that the target topic still has the partition count the plan placed the entities on;
 3. Spark: each task reads its unit's key range, translates it, writes rejected rows to a
    quarantine file, and commits the unit (records + marker) in one transaction;

@@ -174,6 +174,8 @@ def execute(
                     held.enter_context(interrupts)
                     ledger.set_state(run_id, "running")
                 elif isinstance(stage, PrepareStaging):
+                    if spec.source.table is not None:  # a killed task's transaction holds the bookkeeping
+                        reproduce.fence_attempted(settings, ledger, run_id)
                     schema = plan.output_schema()
                     run.staging = sink.prepare(run_id, schema)
                     run.qsink, run.qstaging = _quarantine(settings, stage.quarantine_table, run_id)
@@ -182,8 +184,6 @@ def execute(
                     run.parts = _parts(settings, spec, run_id, schema)
                 elif isinstance(stage, Reconcile):
                     unit_sink, unit_staging = run.unit_target(sink)
-                    if spec.source.table is not None:  # a re-produce: units commit in tasks
-                        reproduce.fence_attempted(settings, ledger, run_id)
                     _reconcile(ledger, unit_sink, unit_staging, run_id)
                     run.done_q = run.quarantine()[0].committed_units(run.quarantine()[1], run_id)
                     if spec.source.table is not None:
