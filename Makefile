@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=15
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify bench-fold bench-avro clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify bench-fold bench-avro bench-merge clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -47,6 +47,9 @@ bench-fold: install
 bench-avro: install
 	$(BIN)/python bench/avro_encode.py
 	$(BIN)/python bench/avro_encode.py --nested
+
+bench-merge: install
+	$(BIN)/python bench/merge_policy.py --rows 1000000 --job 200000
 
 clean:
 	rm -rf $(VENV) .rewind .pytest_cache

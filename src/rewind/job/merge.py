@@ -26,12 +26,13 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.columns import (
+    EVENT_ID,
     RUN_ID,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
@@ -179,21 +180,15 @@ def merge_run(
     policy = policy_of(spec, plan.read_plan.get(CUT_LINE_KEY))
     if parts is None:
         assert isinstance(sink, IcebergSink) and isinstance(staging, IcebergStaging)
-        everything = _scan(sink, staging)
-        import pyarrow.compute as pc
-
-        mine = pc.fill_null(pc.equal(everything.column(RUN_ID), run_id), False)
-        rows, live = everything.filter(mine), everything.filter(pc.invert(mine))
+        result = merge_iceberg(
+            sink, staging, run_id, spec.key, policy, lambda r: _route(quarantine, run_id, r)
+        )
     else:
         rows = _scan(*parts)
         live = sink.read_arrow(staging)  # type: ignore[attr-defined]
-    result = decide(rows, live, spec.key, policy)
-    _route(quarantine, run_id, result)
-    faults.point("before-merge-commit")
-    if parts is None:
-        assert isinstance(sink, IcebergSink) and isinstance(staging, IcebergStaging)
-        _commit_iceberg(sink, staging, run_id, spec.key, result)
-    else:
+        result = decide(rows, live, spec.key, policy)
+        _route(quarantine, run_id, result)
+        faults.point("before-merge-commit")
         folder = sink.data_folder(staging)
         files = [write_parquet(folder, result.applied, "merge")] if result.applied.num_rows else []
         counts = RecordCounts(merge_decisions=result.counts)
@@ -203,6 +198,37 @@ def merge_run(
     ledger.audit(run_id, "merged", result.counts)
     log.info("run %s: merged %s", run_id, result.counts)
     return result.counts
+
+
+def merge_iceberg(
+    sink: IcebergSink,
+    staging: IcebergStaging,
+    run_id: str,
+    key: list[str],
+    policy: MergePolicy,
+    route: Callable[[MergeResult], None] = lambda _: None,
+) -> MergeResult:
+    """The Iceberg merge: read the branch's files once, decide, route, commit once
+    (``bench/merge_policy.py`` times this against a plain append).
+
+    Only the key and lineage columns are read unless ambiguous rows are routed (their values
+    then tell a tie from a repeat, and the quarantine keeps them whole).
+    """
+    import pyarrow.compute as pc
+
+    from rewind.sinks.iceberg.rewrite import FILE_COLUMN, read_files
+
+    table = sink.catalog.load_table(staging.table)
+    lineage = [EVENT_ID, RUN_ID, SOURCE_TIMESTAMP, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET]
+    columns = None if policy.ambiguous == "route" else [*key, *lineage]
+    tasks, everything = read_files(table, staging.ref, columns)
+    mine = pc.fill_null(pc.equal(everything.column(RUN_ID), run_id), False)
+    plain = everything.drop_columns([FILE_COLUMN])
+    result = decide(plain.filter(mine), plain.filter(pc.invert(mine)), key, policy)
+    route(result)
+    faults.point("before-merge-commit")
+    _commit_iceberg(table, staging, run_id, key, tasks, everything, mine, result)
+    return result
 
 
 def _replacing(sink: StagingSink[Any]) -> StagingSink[Any]:
@@ -282,13 +308,29 @@ def quarantine_rows(routed: pa.Table, run_id: str) -> pa.Table:
 
 
 def _commit_iceberg(
-    sink: IcebergSink, staging: IcebergStaging, run_id: str, key: list[str], result: MergeResult
+    table: Any,
+    staging: IcebergStaging,
+    run_id: str,
+    key: list[str],
+    tasks: list[Any],
+    everything: pa.Table,
+    mine: Any,
+    result: MergeResult,
 ) -> None:
-    """Replace the run's rows and the live rows of replaced keys by the applied rows, in one
-    transaction on the staging ref."""
-    import pyiceberg.expressions as e
+    """Delete, in one transaction on the staging ref, the run's rows that were not applied and
+    the live rows of the keys that were; the applied rows stay in the files the units wrote.
+
+    Only files that lose rows are rewritten (:func:`rewind.sinks.iceberg.rewrite.rewrite`): the
+    run's where they hold a duplicate, superseded, stale or routed row, live's where a key was
+    replaced. That keeps a merge close to the cost of the append it follows. A file-less append
+    carries the marker (``rewind.merged``) whatever was deleted.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     from rewind.sinks.iceberg import RUN_PROPERTY, UNITS_PROPERTY
+    from rewind.sinks.iceberg.rewrite import FILE_COLUMN, rewrite
 
     props = {
         RUN_PROPERTY: run_id,
@@ -296,26 +338,34 @@ def _commit_iceberg(
         MERGED_PROPERTY: run_id,
         MERGE_COUNTS_PROPERTY: json.dumps(result.counts, sort_keys=True),
     }
-    eq: Any = e.EqualTo  # pyiceberg's pydantic signatures hide the positional form from mypy
-    in_: Any = e.In
-    where: Any = eq(RUN_ID, run_id)
-    replaced = result.replaced
-    if replaced.num_rows and len(key) == 1:
-        where = e.Or(where, in_(key[0], set(replaced.column(key[0]).to_pylist())))
-    elif replaced.num_rows:
-        for row in replaced.to_pylist():
-            match: Any = eq(key[0], row[key[0]])
-            for column in key[1:]:
-                match = e.And(match, eq(column, row[column]))
-            where = e.Or(where, match)
+    kept_run = pc.is_in(everything.column(EVENT_ID), result.applied.column(EVENT_ID).combine_chunks())
+    drop = pc.and_(mine, pc.invert(pc.fill_null(kept_run, False)))
+    if result.replaced.num_rows:
+        replaced = pc.is_in(_key_array(everything, key), _key_array(result.replaced, key))
+        replaced = pc.fill_null(replaced, False)
+        drop = pc.or_(drop, pc.and_(pc.invert(mine), replaced))
+    drop_np = drop.to_numpy(zero_copy_only=False)
+    files = everything.column(FILE_COLUMN).to_numpy()
+    keep: dict[int, Any] = {}
+    for index in np.unique(files[drop_np]):
+        keep[int(index)] = pa.array(~drop_np[files == index])
     branch = staging.branch or "main"
-    table = sink.catalog.load_table(staging.table)
-    applied = result.applied.cast(table.schema().as_arrow()) if result.applied.num_rows else None
     with table.transaction() as tx:
-        tx.delete(where, snapshot_properties=props, branch=branch)
-        if applied is not None:
-            tx.append(applied, snapshot_properties=props, branch=branch)
+        rewrite(tx, table, branch, tasks, keep, props)
+        empty = pa.Table.from_batches([], schema=table.schema().as_arrow())
+        tx.append(empty, snapshot_properties=props, branch=branch)
 
+
+def _key_array(table: pa.Table, key: list[str]) -> Any:
+    """One array naming each row's key (a composite key as its parts joined as text)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(key) == 1:
+        return table.column(key[0]).combine_chunks()
+    parts = [pc.fill_null(table.column(k).cast(pa.string()), "\x00null") for k in key]
+    joined = pc.binary_join_element_wise(*parts, "\x1f")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
 def recorded_merge(ledger: Ledger, run_id: str) -> dict[str, int] | None:
