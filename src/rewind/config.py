@@ -5,6 +5,7 @@ File shape (every key optional)::
     state_dir: .rewind                 # pid/log files of the embedded stack, default catalog, ledger
     kafka:
       bootstrap_servers: 127.0.0.1:19092
+      remote: false                    # true: reading it is billed egress (the plan's cost model)
       properties:                      # any librdkafka property, passed through as is
         security.protocol: SASL_SSL
         sasl.mechanism: PLAIN
@@ -23,6 +24,11 @@ File shape (every key optional)::
     metrics:                           # Prometheus metrics of `rewind run` / `resume`
       address: 127.0.0.1               # where /metrics binds (0.0.0.0: every interface)
       port: null                       # none: no metrics server (--metrics-port wins)
+    cost:                              # prices of the plan's cost model, each with its currency
+      core_hour: 0.048 USD             # per core-hour (`0.048 USD/core-hour` also reads)
+      gb_egress: 0.09 USD              # per GB (10^9 bytes) read from a remote broker
+      gb_object_read: 0.0004 USD       # per GB read from the archive's object store
+      cores: null                      # cores of the cluster; default: local[N], else this host's
     spec_secrets:                      # values of masked spec fields, for resume (see below)
       sink.postgres.url: postgresql://svc:s3cr3t@db:5432/app
 
@@ -65,8 +71,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from rewind.core.cost import PRICE_UNITS, Price, PriceError, check_prices, parse_price
 from rewind.errors import ConfigError
 from rewind.secrets import is_secret_key, mask
 
@@ -80,6 +87,8 @@ class _Model(BaseModel):
 
 class KafkaSettings(_Model):
     bootstrap_servers: str | None = None
+    remote: bool = False
+    """The broker is in another network or cloud region: the plan prices its bytes as egress."""
     properties: dict[str, str] = Field(default_factory=dict)
 
 
@@ -109,6 +118,34 @@ class MetricsSettings(_Model):
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
 
 
+class CostSettings(_Model):
+    """Prices of the cost model (:mod:`rewind.core.cost`); unset prices are left out of the total."""
+
+    core_hour: str | None = None
+    gb_egress: str | None = None
+    gb_object_read: str | None = None
+    cores: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("core_hour", "gb_egress", "gb_object_read", mode="before")
+    @classmethod
+    def _price(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        try:
+            return str(parse_price(str(info.field_name), value))
+        except PriceError as exc:
+            raise ValueError(str(exc)) from None
+
+    def prices(self) -> dict[str, Price]:
+        found = {k: getattr(self, k) for k in PRICE_UNITS if getattr(self, k) is not None}
+        prices = {k: parse_price(k, v) for k, v in found.items()}
+        try:
+            check_prices(prices)
+        except PriceError as exc:
+            raise ConfigError(str(exc)) from None
+        return prices
+
+
 class Settings(_Model):
     """Everything Rewind needs to reach its systems. Build with :func:`load_settings`."""
 
@@ -119,6 +156,7 @@ class Settings(_Model):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     dev: DevSettings = Field(default_factory=DevSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    cost: CostSettings = Field(default_factory=CostSettings)
     spec_secrets: dict[str, str] = Field(default_factory=dict)
     """Values of masked spec fields by dotted field name (``sink.postgres.url``): see above."""
 

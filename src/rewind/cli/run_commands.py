@@ -85,8 +85,14 @@ def _render_plan(console: Console, d: dict[str, Any]) -> None:
             name, f"[{p['start']}, {p['end']})", f"{p['offsets']:,}", f"[{p['low']}, {p['high']})", how
         )
     console.print(table)
-    est = d["estimates"]
+    est = dict(d["estimates"])
+    cost = est.pop("cost", None)
     console.print(", ".join(f"{k}={v}" for k, v in est.items()))
+    if cost:
+        from rewind.core.cost import describe
+
+        for line in describe(cost):
+            console.print(f"  {line}")
     gates = Table("gate", "ok", "detail")
     for g in d["gates"]:
         gates.add_row(g["name"], "[green]yes[/]" if g["ok"] else "[red]NO[/]", g["detail"])

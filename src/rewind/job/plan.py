@@ -228,6 +228,7 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
             read_plan_data = {**read_plan_data, CUT_LINE_KEY: cut_line}
 
     estimates = _estimates(spec, offsets, sample_gate_facts)
+    estimates["cost"] = _cost(settings, spec, units, sample_gate_facts)
     if spec.guards.max_bytes is not None:
         gates.append(_bytes_gate(spec.guards.max_bytes, estimates.get("estimated_bytes")))
     fingerprint = spec.fingerprint()
@@ -493,6 +494,15 @@ def _bytes_gate(limit: int, estimated: int | None) -> Gate:
             "narrow the window or raise the guard",
         )
     return Gate("max-bytes", True, f"about {estimated} bytes")
+
+
+def _cost(
+    settings: Settings, spec: JobSpec, units: tuple[WorkUnit, ...], facts: dict[str, Any]
+) -> dict[str, Any]:
+    """The cost model (:mod:`rewind.job.cost`), on a passed rehearsal's rates when there is one."""
+    from rewind.job.cost import cost_estimate, rehearsed_rates
+
+    return cost_estimate(settings, units, facts, rehearsed_rates(settings, spec.fingerprint()))
 
 
 def _estimates(spec: JobSpec, offsets: int, facts: dict[str, Any]) -> dict[str, Any]:
