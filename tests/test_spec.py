@@ -398,7 +398,7 @@ def test_more_errors_are_counted() -> None:
     [
         (
             "nmae",
-            "name, description, source, decode, translate, key, sink, merge, guards, run, quarantine, "
+            "name, description, source, decode, translate, key, sink, merge, lineage, guards, run, quarantine, "
             "verify, shadow",
         ),
         ("source.kafak", "kafka, history, table"),

@@ -57,6 +57,15 @@ LINEAGE_COLUMNS: tuple[str, ...] = (
 )
 
 
+SOURCE_SYSTEM = "_rewind_source_system"
+"""``lineage.source_system`` of the spec, on every row when given (the system the data came from)."""
+EFFECTIVE_TIME = "_rewind_effective_time"
+"""The business effective time (``lineage.effective_time_column``) as a UTC timestamp, when given."""
+OPTIONAL_LINEAGE: tuple[str, ...] = (SOURCE_SYSTEM, EFFECTIVE_TIME)
+"""Lineage columns a row carries only when the spec's ``lineage:`` asks for them (after
+:data:`LINEAGE_COLUMNS`, so a target without them keeps working for specs that do not)."""
+
+
 def is_reserved(name: object) -> bool:
     """True for names a user field or output column may not take."""
     return isinstance(name, str) and name.startswith(RESERVED_PREFIXES)

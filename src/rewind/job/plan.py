@@ -398,7 +398,7 @@ def _sample_archive(
 def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Schema | None, Gate]:
     import pyarrow as pa
 
-    from rewind.translate.factory import declared_output_schema, make_decoder, transform_name
+    from rewind.translate.factory import declared_output_schema, lineage_options, make_decoder, transform_name
     from rewind.translate.functions import infer_output_schema
     from rewind.translate.process import ProcessContext, process_batch
 
@@ -417,7 +417,9 @@ def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Sche
     )
     if sample is not None and sample.num_rows and (translator is not None or spec.translate.sql is None):
         try:
-            result = process_batch(sample, decoder, translator, spec.key, ctx, output_schema=user)
+            result = process_batch(
+                sample, decoder, translator, spec.key, ctx, output_schema=user, **lineage_options(spec)
+            )
         except RewindError as exc:
             return None, Gate("output-schema", False, f"the sample could not be processed: {exc}")
         if result.rows.num_rows or user is not None:
@@ -449,7 +451,8 @@ def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Sche
             ]
         ),
     )
-    result = process_batch(empty, decoder, translator, spec.key, ctx, output_schema=user)
+    lineage = lineage_options(spec)
+    result = process_batch(empty, decoder, translator, spec.key, ctx, output_schema=user, **lineage)
     return result.rows.schema, Gate(
         "output-schema", True, f"{len(result.rows.schema.names)} columns, from {how}"
     )

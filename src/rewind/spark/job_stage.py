@@ -119,7 +119,7 @@ class ProcessUnits:
         import pyarrow.compute as pc
 
         from rewind.spec import JobSpec
-        from rewind.translate.factory import make_decoder, make_translator, transform_name
+        from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
         from rewind.translate.process import ProcessContext, process_batch
 
         spec = JobSpec.model_validate_json(self.ctx.spec_json)
@@ -133,6 +133,7 @@ class ProcessUnits:
         files: dict[str, _UnitFiles] = {}
         extracted_at = datetime.now(UTC)
         name = transform_name(spec.translate)
+        lineage = lineage_options(spec)
         # Kafka units are reported by the reader as it fetches (batches reach this function
         # only in Spark's large Arrow batches); archive units are reported here
         reporter = TaskReporter(self.ctx.progress)
@@ -155,7 +156,7 @@ class ProcessUnits:
                         reporter.add(unit.id, in_unit.num_rows)
                     ctx = ProcessContext(self.ctx.run_id, unit.id, name, spec.translate.version, extracted_at)
                     result = process_batch(
-                        in_unit, decoder, translator, spec.key, ctx, output_schema=user_schema
+                        in_unit, decoder, translator, spec.key, ctx, output_schema=user_schema, **lineage
                     )
                     out = files.get(unit.id) or files.setdefault(unit.id, _UnitFiles(self.ctx, unit, schema))
                     out.write(result.rows, result.quarantine)

@@ -17,6 +17,7 @@ from pydantic import (
 from rewind.core.windows import WindowRequest
 from rewind.secrets import mask
 from rewind.spec.errors import _Bad, _Plain
+from rewind.spec.lineage import Lineage
 from rewind.spec.merge import Merge
 from rewind.spec.run import Guards, Quarantine, RunSettings
 from rewind.spec.shadow import Shadow
@@ -78,6 +79,10 @@ class JobSpec(_Model):
             "docs/merge-policies.md). Absent: the sink's own rule (upsert keeps the later event, "
             "Iceberg appends)."
         ),
+    )
+    lineage: Lineage | None = Field(
+        default=None,
+        description="Lineage columns beyond the source record's: the source system, the effective time.",
     )
     guards: Guards = Field(default_factory=lambda: Guards(), description="Limits of the run.")
     run: RunSettings = Field(default_factory=lambda: RunSettings(), description="Work units and leases.")
@@ -182,6 +187,8 @@ class JobSpec(_Model):
             )
         if self.merge is not None:
             self._mergeable()
+        if self.lineage is not None:
+            self._lineage()
         if self.source.table is not None:
             self._reproduce()
         elif self.decode.format == "rows":
@@ -251,6 +258,31 @@ class JobSpec(_Model):
                 got=self.key,
                 at=("key",),
             )
+
+    def _lineage(self) -> None:
+        """Optional lineage is written by the Kafka and history runs' tasks, onto the translate's rows."""
+        lineage = self.lineage
+        assert lineage is not None
+        schema = self.translate.output_schema
+        column = lineage.effective_time_column
+        if column is not None and schema is not None and column not in schema:
+            raise _Bad(
+                "not a column of translate.output_schema",
+                f"the effective time is an output column: {', '.join(schema)}",
+                got=column,
+                at=("lineage", "effective_time_column"),
+            )
+        for name, given in (
+            ("translate.fold", self.translate.fold),
+            ("a table source", self.source.table),
+            ("shadow", self.shadow),
+        ):
+            if given is not None:
+                raise _Bad(
+                    f"is not supported with {name} yet",
+                    "remove lineage, or run without it",
+                    at=("lineage",),
+                )
 
     def _mergeable(self) -> None:
         """A merge decides per key between the run's rows and rows already in a table."""

@@ -14,7 +14,7 @@ from rewind.errors import ConfigError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from rewind.spec import Decode, Translate
+    from rewind.spec import Decode, JobSpec, Translate
     from rewind.translate.decoder import Decoder
 
 
@@ -66,3 +66,11 @@ def declared_output_schema(translate: Translate) -> pa.Schema | None:
     if not translate.output_schema:
         return None
     return pa.schema([pa.field(name, arrow_type(kind)) for name, kind in translate.output_schema.items()])
+
+
+def lineage_options(spec: JobSpec) -> dict[str, str | None]:
+    """The spec's ``lineage:`` as :func:`~rewind.translate.process.process_batch` keywords."""
+    lineage = spec.lineage
+    if lineage is None:
+        return {}
+    return {"source_system": lineage.source_system, "effective_time_column": lineage.effective_time_column}

@@ -201,3 +201,39 @@ def add_lineage(
     for name, values in columns.items():
         out[name] = values
     return out
+
+
+def optional_lineage(
+    table: pa.Table, source_system: str | None, effective_time_column: str | None
+) -> pa.Table:
+    """``table`` with the spec's optional lineage columns appended: ``_rewind_source_system``
+    (the same text on every row) and ``_rewind_effective_time`` (the business time column,
+    a timestamp or date, as a UTC timestamp)."""
+    import pyarrow.compute as pc
+
+    from rewind.core.columns import EFFECTIVE_TIME, SOURCE_SYSTEM
+    from rewind.translate.exceptions import TranslateOutputError
+
+    n = table.num_rows
+    if source_system is not None:
+        table = table.append_column(
+            pa.field(SOURCE_SYSTEM, pa.string(), nullable=False),
+            pa.repeat(pa.scalar(source_system, pa.string()), n),
+        )
+    if effective_time_column is not None:
+        if effective_time_column not in table.column_names:
+            raise TranslateOutputError(
+                f"lineage.effective_time_column {effective_time_column!r} is not an output column; "
+                "name a column the translate returns"
+            )
+        column = table.column(effective_time_column)
+        kind = column.type
+        if not (pa.types.is_timestamp(kind) or pa.types.is_date(kind) or pa.types.is_null(kind)):
+            raise TranslateOutputError(
+                f"lineage.effective_time_column {effective_time_column!r} is {kind}, not a time; "
+                "return it as a timestamp or date (or type it so in translate.output_schema)"
+            )
+        if pa.types.is_timestamp(kind) and kind.tz is None:
+            column = pc.assume_timezone(column, "UTC")
+        table = table.append_column(pa.field(EFFECTIVE_TIME, TIMESTAMP), column.cast(TIMESTAMP))
+    return table

@@ -29,7 +29,7 @@ from rewind.translate.decoder import Decoder, as_batch
 from rewind.translate.exceptions import TranslateOutputError
 from rewind.translate.failures import Failure
 from rewind.translate.functions import Translator, apply_translate
-from rewind.translate.lineage import LINEAGE_SCHEMA, lineage_arrays
+from rewind.translate.lineage import LINEAGE_SCHEMA, lineage_arrays, optional_lineage
 from rewind.translate.quarantine import quarantine_table
 
 
@@ -126,6 +126,8 @@ def process_batch(
     *,
     output_schema: pa.Schema | None = None,
     translator_name: str | None = None,
+    source_system: str | None = None,
+    effective_time_column: str | None = None,
 ) -> ProcessedBatch:
     """Decode, translate, check keys, attach lineage and quarantine one Kafka batch.
 
@@ -133,6 +135,8 @@ def process_batch(
     are output columns that must not be null. ``output_schema`` (user columns only) fixes the
     order and types of the output columns: missing columns become nulls, extra ones are an
     error; without it the columns are the translator's, typed by Arrow from the values.
+    ``source_system`` and ``effective_time_column`` (the spec's ``lineage:``) add the optional
+    lineage columns after the others (:func:`rewind.translate.lineage.optional_lineage`).
 
     Raises :class:`ConservationError` if a record is counted twice or not at all, and
     :class:`TranslateOutputError` for output that breaks the contract; bad records never raise.
@@ -211,6 +215,8 @@ def process_batch(
         extracted_at=ctx.extracted_at,
     )
     table = pa.Table.from_arrays([*user_arrays, *lineage], schema=pa.schema([*user_fields, *LINEAGE_SCHEMA]))
+    if source_system is not None or effective_time_column is not None:
+        table = optional_lineage(table, source_system, effective_time_column)
     quarantine = quarantine_table(batch, failures, ctx.run_id, ctx.unit_id, ctx.extracted_at)
     return ProcessedBatch(table, quarantine, counts)
 
