@@ -69,30 +69,64 @@ def _plan_summary(job_plan: Any) -> dict[str, Any]:
         "output_columns": [list(c) for c in job_plan.output_columns],
         "gates": [{"name": g.name, "ok": g.ok, "detail": g.detail} for g in job_plan.gates],
         "notes": list(job_plan.notes),
+        **({"table": _table_summary(job_plan.read_plan["table"])} if "table" in job_plan.read_plan else {}),
     }
 
 
-def _render_plan(console: Console, d: dict[str, Any]) -> None:
-    console.print(
-        f"[bold]plan {d['plan_id']}[/] for {d['name']}: {d['offsets']:,} offsets in {d['units']} units"
-    )
-    table = Table("partition", "range", "offsets", "log", "how")
-    for name, p in d["partitions"].items():
-        how = f"{p['start_method']} → {p['end_method']}"
-        if p["missing_below_low"]:
-            how += " [red](below log start)[/]"
-        table.add_row(
-            name, f"[{p['start']}, {p['end']})", f"{p['offsets']:,}", f"[{p['low']}, {p['high']})", how
-        )
-    console.print(table)
-    est = dict(d["estimates"])
-    cost = est.pop("cost", None)
-    console.print(", ".join(f"{k}={v}" for k, v in est.items()))
-    if cost:
-        from rewind.core.cost import describe
+def _table_summary(facts: dict[str, Any]) -> dict[str, Any]:
+    """A re-produce's selection: where the entities land, which partitions are skipped or stuck."""
+    skipped, stuck = facts.get("skipped") or {}, facts.get("stuck") or {}
+    placement = {
+        p: {"entities": n, "skipped": p in skipped, "stuck": stuck.get(p)}
+        for p, n in (facts.get("placement") or {}).items()
+    }
+    keys = ("label", "key", "selection", "selected", "topic", "partitions", "partitioner")
+    return {
+        **{k: facts.get(k) for k in keys},
+        "ranges": len(facts.get("ranges") or []),
+        "placement": placement,
+    }
 
-        for line in describe(cost):
-            console.print(f"  {line}")
+
+def _render_table_plan(console: Console, d: dict[str, Any]) -> None:
+    t = d["table"]
+    console.print(
+        f"[bold]plan {d['plan_id']}[/] for {d['name']}: {t['selected'] or 0:,} entities of {t['label']} "
+        f"({t['selection']}) in {t['ranges']} key ranges → {t['topic']}"
+        + (f", {t['partitions']} partitions by {t['partitioner']}" if t["partitions"] else "")
+    )
+    table = Table("partition", "entities", "")
+    for p, facts in t["placement"].items():
+        flags = []
+        if facts["skipped"]:
+            flags.append("[yellow]skipped[/] (counted as filtered)")
+        if facts["stuck"]:
+            stuck = facts["stuck"]
+            flags.append(
+                f"[red]stuck[/]: {stuck['lag']:,} unconsumed, the oldest {stuck['oldest_age_s']} s old"
+            )
+        table.add_row(p, f"{facts['entities']:,}", "; ".join(flags))
+    console.print(table)
+
+
+def _render_plan(console: Console, d: dict[str, Any]) -> None:
+    if "table" in d:  # a re-produce: entities per partition, not offsets
+        _render_table_plan(console, d)
+    else:
+        console.print(
+            f"[bold]plan {d['plan_id']}[/] for {d['name']}: {d['offsets']:,} offsets in {d['units']} units"
+        )
+        table = Table("partition", "range", "offsets", "log", "how")
+        for name, p in d["partitions"].items():
+            how = f"{p['start_method']} → {p['end_method']}"
+            if p["missing_below_low"]:
+                how += " [red](below log start)[/]"
+            table.add_row(
+                name, f"[{p['start']}, {p['end']})", f"{p['offsets']:,}", f"[{p['low']}, {p['high']})", how
+            )
+        console.print(table)
+    est = d["estimates"]
+    console.print(", ".join(f"{k}={v}" for k, v in est.items()))
     gates = Table("gate", "ok", "detail")
     for g in d["gates"]:
         gates.add_row(g["name"], "[green]yes[/]" if g["ok"] else "[red]NO[/]", g["detail"])
