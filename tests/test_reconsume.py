@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -316,3 +318,155 @@ def test_finish_refuses_until_every_partition_is_handed_over(rsettings: Settings
     assert done["state"] == "finished" and done["temporary_records"] == 20
     assert kg.committed_offsets(conf, temp) == {}
     assert finish_reconsume(rsettings, rid)["finished_at"] == done["finished_at"]  # idempotent
+
+
+def test_cli_plan_start_status_finish(rsettings: Settings, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rewind.cli import app
+
+    conf = conf_of(rsettings)
+    topic, group, rid = topic_with_group(conf, partitions=2, per_partition=30, live_at=25)
+    env = {
+        "REWIND_BOOTSTRAP_SERVERS": rsettings.bootstrap_servers,
+        "REWIND_LEDGER_URL": rsettings.ledger,
+        "REWIND_STATE_DIR": str(tmp_path),
+        "COLUMNS": "200",
+    }
+    runner = CliRunner()
+
+    def ok(*args: str) -> str:
+        result = runner.invoke(app, ["reconsume", *args], env=env)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    shown = ok("plan", rid, "--group", group, "--topic", topic, "--from-offsets",
+               json.dumps({topic: {"0": 5, "1": 10}}), "--idle-handover", "0.5", "--rate", "10")
+    header = next(line for line in shown.splitlines() if "TOPIC" in line)
+    assert header.replace("┃", " ").split()[:4] == ["TOPIC", "PARTITION", "LIVE-OFFSET", "START"]
+    assert "re-reads 45 records" in shown and "ETA 4s at 10 records/s" in shown and "nothing changed" in shown
+    planned = json.loads(ok("plan", rid, "--group", group, "--topic", topic, "--from-earliest",
+                            "--idle-handover", "0.5", "--json"))
+    assert planned["reread"] == 60 and planned["temp_group"] == f"rewind-reconsume-{rid}"
+    assert [(p["start"], p["live"], p["high"]) for p in planned["partitions"]] == [(0, 25, 30), (0, 25, 30)]
+
+    started = json.loads(ok("start", rid, "--json"))
+    assert started["state"] == "started" and started["records"] == 60
+    before = json.loads(ok("status", rid, "--json"))
+    assert [(p["owner"], p["left"]) for p in before["partitions"]] == [("temporary", 30), ("temporary", 30)]
+    refused = runner.invoke(app, ["reconsume", "finish", rid], env=env)
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.exit_code == 1 and len(lines) == 1 and "2 partition(s) not handed over yet" in lines[0]
+
+    with TemporarySide(conf, Recorder(), reconsume=rid, ledger=rsettings.ledger, timeout_s=0.2) as side:
+        side.run(max_batches=100)
+        assert side.done
+    table = ok("status", rid)
+    assert "2 of 2 partitions handed over, 60 records re-read, 0 left" in table
+    finished = json.loads(ok("finish", rid, "--json"))
+    assert finished["state"] == "finished" and finished["temporary_records"] == 60
+    unknown = runner.invoke(app, ["reconsume", "status", "no-such-rc", "--json"], env=env)
+    assert unknown.exit_code == 1 and json.loads(unknown.stdout) == {
+        "error": "no reconsume 'no-such-rc' in the ledger; `rewind reconsume plan` records one"}
+
+
+def test_a_side_killed_with_sigkill_rehandles_at_most_its_uncommitted_batch(
+    rsettings: Settings, tmp_path: Path
+) -> None:
+    """SIGKILL lands in the middle of a batch: after a restart that side handles the batch's
+    messages again (at most one batch per kill), the other side never handles them."""
+    conf = conf_of(rsettings)
+    topic, group, rid = topic_with_group(conf, partitions=2, per_partition=300, live_at=300)
+    starts = {0: 0, 1: 100}
+    plan_reconsume(rsettings, rid, group=group, topics=[topic], mode="handover", idle_handover_s=1.0,
+                   from_offsets=json.dumps({topic: {str(p): o for p, o in starts.items()}}))
+    start_reconsume(rsettings, rid)
+    batch = 20
+    out = {"temporary": tmp_path / "temporary.log", "existing": tmp_path / "existing.log"}
+    root = Path(__file__).resolve().parent.parent
+    incarnation = {"temporary": 0, "existing": 0}
+
+    def spawn(side: str) -> subprocess.Popen[bytes]:
+        incarnation[side] += 1
+        args = [sys.executable, "-m", "tests.reconsume_child", side, rsettings.bootstrap_servers,
+                rsettings.ledger, rid, str(out[side]), str(batch), "0.004", str(incarnation[side])]
+        return subprocess.Popen(args, cwd=root, stderr=subprocess.DEVNULL)
+
+    def lines(side: str) -> list[tuple[int, int, int]]:
+        text = out[side].read_text() if out[side].exists() else ""
+        return [tuple(map(int, line.split())) for line in text.splitlines()]  # type: ignore[misc]
+
+    def wait_for(side: str, more: int, timeout: float = 60) -> None:
+        want = len(lines(side)) + more
+        deadline = time.monotonic() + timeout
+        while len(lines(side)) < want and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    stop_producing = threading.Event()
+
+    def keep_producing() -> None:
+        producer = Producer({**conf, "linger.ms": 1})
+        while not stop_producing.is_set():
+            for _ in range(5):
+                producer.produce(topic, b"live", b"k", partition=0)
+                producer.produce(topic, b"live", b"k", partition=1)
+            producer.flush(10)
+            time.sleep(0.1)
+        assert producer.flush(30) == 0
+
+    feeder = threading.Thread(target=keep_producing)
+    feeder.start()
+    killed = {"temporary": set(), "existing": set()}  # type: dict[str, set[int]]
+    existing = spawn("existing")
+    try:
+        for _ in range(3):  # kill the temporary side three times while it re-reads
+            temporary = spawn("temporary")
+            wait_for("temporary", 45)
+            temporary.kill()
+            temporary.wait()
+            killed["temporary"].add(incarnation["temporary"])
+        temporary = spawn("temporary")
+        assert temporary.wait(120) == 0  # it finishes: every partition handed over
+        for _ in range(2):  # kill the existing side while it handles live records
+            wait_for("existing", 15)
+            existing.kill()
+            existing.wait()
+            killed["existing"].add(incarnation["existing"])
+            existing = spawn("existing")
+        wait_for("existing", 15)
+        stop_producing.set()
+        feeder.join()
+        high = {p: b.high for (_t, p), b in kg.log_bounds(conf, [(topic, p) for p in starts]).items()}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            at = kg.committed_offsets(conf, group, [(topic, p) for p in starts])
+            if all(at[(topic, p)] == high[p] for p in starts):
+                break
+            time.sleep(0.2)
+    finally:
+        stop_producing.set()
+        feeder.join()
+        existing.terminate()
+        existing.wait(30)
+    rows = {r.partition: r for r in ReconsumeStore(Ledger.open(rsettings.ledger).engine).rows(rid)}
+    handled: dict[str, dict[tuple[int, int], list[int]]] = {}
+    for side in ("temporary", "existing"):
+        handled[side] = {}
+        for tag, p, o in lines(side):
+            handled[side].setdefault((p, o), []).append(tag)
+    both = set(handled["temporary"]) & set(handled["existing"])
+    assert not both, f"handled by both sides: {sorted(both)[:5]}"
+    for p, s in starts.items():
+        h = rows[p].handover_offset
+        assert h is not None
+        assert {o for q, o in handled["temporary"] if q == p} == set(range(s, h))
+        assert {o for q, o in handled["existing"] if q == p} == set(range(h, high[p]))
+    for side in ("temporary", "existing"):
+        again: dict[int, int] = {}
+        for tags in handled[side].values():
+            for tag in tags[:-1]:  # every handling but the last was by a process later killed
+                assert tag in killed[side], f"{side} incarnation {tag} was not killed, yet re-handled"
+                again[tag] = again.get(tag, 0) + 1
+        assert all(n <= batch for n in again.values()), again
+    # the kills did land mid-batch: some messages were handled twice, by the same side
+    assert sum(len(t) - 1 for t in handled["temporary"].values()) > 0
