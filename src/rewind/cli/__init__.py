@@ -12,6 +12,7 @@ from rewind.cli.app import app
 # the import order is the order of the commands in `rewind --help`
 # isort: off
 from rewind.cli import stack_commands, run_commands, verify_commands, history_commands, groups_commands
+from rewind.cli import reconsume_commands
 from rewind.cli import shadow_commands
 # isort: on
 
@@ -23,6 +24,7 @@ _COMMANDS = (  # registered on import
     verify_commands,
     history_commands,
     groups_commands,
+    reconsume_commands,
     shadow_commands,
 )
 
