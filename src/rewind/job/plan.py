@@ -196,7 +196,7 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
     else:
         gates.append(Gate("max-records", True, f"{offsets} offsets"))
 
-    translator, translator_gate = _load_translator(spec)
+    translator, translator_gate = _load_translator(spec, settings)
     gates.append(translator_gate)
     if table_plan is not None:
         sample, sample_gate_facts = table_plan.sample, table_plan.facts
@@ -303,11 +303,17 @@ def _history_units(
     return tuple(sorted(units)), list(history.notes), Gate("coverage", True, detail), data
 
 
-def _load_translator(spec: JobSpec) -> tuple[Any, Gate]:
+def _load_translator(spec: JobSpec, settings: Settings) -> tuple[Any, Gate]:
     from rewind.translate.factory import make_translator
 
     if spec.translate.sql:
-        return None, Gate("translate", False, "translate.sql is not runnable yet; use translate.function")
+        from rewind.spark.sql_translate import sql_translator
+
+        try:
+            sql, gate = sql_translator(settings, spec)
+            return sql, Gate(*gate)
+        except RewindError as exc:
+            return None, Gate("translate", False, str(exc))
     try:
         fn = make_translator(spec.translate)
         if spec.translate.fold:  # a typo here would otherwise surface only after every unit ran
@@ -402,6 +408,8 @@ def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Sche
     from rewind.translate.functions import infer_output_schema
     from rewind.translate.process import ProcessContext, process_batch
 
+    if translator is None and spec.translate.sql is not None:
+        return None, Gate("output-schema", False, "unknown: translate.sql does not run (the translate gate)")
     declared = declared_output_schema(spec.translate)
     decoder = make_decoder(spec.decode)
     user: pa.Schema | None = declared

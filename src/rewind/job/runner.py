@@ -450,7 +450,8 @@ def _run_wave(
     from rewind.history.read import read_ranges_from_archive
     from rewind.ledger.models import UnitResult
     from rewind.spark import session
-    from rewind.spark.job_stage import StageContext, run_wave
+    from rewind.spark.job_stage import StageContext
+    from rewind.spark.waves import run_wave
 
     spec = plan.job_spec()
     base = _progress(ledger, plan, run_id, live.started)

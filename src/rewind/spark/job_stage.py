@@ -201,6 +201,31 @@ def run_wave(
     A unit that yields no result row had no records in its range (all gaps): Spark fails
     the whole job if any task fails, so a finished job has read every unit completely.
     """
+    source = wave_source(spark, ctx, read_archive)
+    if source is None:
+        return {u.id: UnitOutput(u.id) for u in ctx.units}
+    process: Any = ProcessUnits(ctx)  # a callable object; Spark's stubs want a function
+    try:
+        results = source.mapInArrow(process, RESULT_SCHEMA).collect()
+    except Exception as exc:
+        if isinstance(exc, RewindError):
+            raise
+        what = f"a Spark task of a wave of {len(ctx.units)} units failed"
+        raise StageError(f"{what}: {task_error(exc)}") from exc
+    outputs = {u.id: UnitOutput(u.id) for u in ctx.units}
+    for row in results:
+        out = outputs[row.unit_id]
+        out.data_files += json.loads(row.data_file)
+        out.quarantine_files += json.loads(row.quarantine_file)
+        out.counts = out.counts.merge(RecordCounts.from_dict(json.loads(row.counts)))
+    return outputs
+
+
+def wave_source(
+    spark: SparkSession, ctx: StageContext, read_archive: ArchiveReader | None
+) -> DataFrame | None:
+    """The records of a wave's units, in Kafka's schema: the log's through ``rewind-kafka``,
+    the archive's through ``read_archive``; None when the wave has no unit to read."""
     kafka_units = [u for u in ctx.units if u.source == "kafka"]
     archive_units = [u for u in ctx.units if u.source == "archive"]
     ranges = json.dumps([u.range.to_dict() for u in kafka_units])
@@ -221,23 +246,8 @@ def run_wave(
             raise StageError("archive units need an archive reader (the plan's history source)")
         frames.append(read_archive([u.range for u in archive_units]))
     if not frames:
-        return {u.id: UnitOutput(u.id) for u in ctx.units}
-    source = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
-    process: Any = ProcessUnits(ctx)  # a callable object; Spark's stubs want a function
-    try:
-        results = source.mapInArrow(process, RESULT_SCHEMA).collect()
-    except Exception as exc:
-        if isinstance(exc, RewindError):
-            raise
-        what = f"a Spark task of a wave of {len(ctx.units)} units failed"
-        raise StageError(f"{what}: {task_error(exc)}") from exc
-    outputs = {u.id: UnitOutput(u.id) for u in ctx.units}
-    for row in results:
-        out = outputs[row.unit_id]
-        out.data_files += json.loads(row.data_file)
-        out.quarantine_files += json.loads(row.quarantine_file)
-        out.counts = out.counts.merge(RecordCounts.from_dict(json.loads(row.counts)))
-    return outputs
+        return None
+    return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
 
 def task_error(exc: BaseException) -> str:

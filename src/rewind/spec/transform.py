@@ -137,7 +137,10 @@ class Translate(_Model):
     sql: str | None = Field(
         default=None,
         description=(
-            "A Spark SQL query reading the decoded records as the view `events` (`SELECT ... FROM events`)."
+            "A Spark SQL query reading the decoded records as the view `events` (`SELECT _rewind_row, "
+            "... FROM events`): it must select `_rewind_row`, which names each row's source record; "
+            "records it returns no row for are filtered. Runs in the driver's Spark session, a wave "
+            "at a time (see docs/translate-sql.md)."
         ),
     )
     version: str = Field(
