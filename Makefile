@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=15
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify bench-fold bench-avro bench-merge clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify bench-fold bench-avro bench-merge bench-reconsume clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -50,6 +50,9 @@ bench-avro: install
 
 bench-merge: install
 	$(BIN)/python bench/merge_policy.py --rows 1000000 --job 200000
+
+bench-reconsume: install
+	$(BIN)/python bench/reconsume_wrappers.py
 
 clean:
 	rm -rf $(VENV) .rewind .pytest_cache
