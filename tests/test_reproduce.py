@@ -48,6 +48,7 @@ class World:
     tmp: Path
     sqlite_url: str
     pg_url: str
+    pg_table: str
     iceberg_table: str
     conf: dict[str, Any]
 
@@ -76,12 +77,12 @@ def world(
 ) -> World:
     tmp = tmp_path_factory.mktemp(f"reproduce-{broker.name}")
     sqlite_url = rf.sqlite_accounts(tmp / "accounts.db", ACCOUNTS)
-    rf.postgres_accounts(pg_url, ACCOUNTS)
+    pg_table = f"accounts_{uuid.uuid4().hex[:6]}"  # the database is the module's, for both brokers
+    rf.postgres_accounts(pg_url, ACCOUNTS, pg_table)
     iceberg_table = f"truth_{uuid.uuid4().hex[:6]}.accounts"
     rf.iceberg_accounts(broker_settings, iceberg_table, ACCOUNTS)
-    return World(
-        broker, broker_settings, tmp, sqlite_url, pg_url, iceberg_table, broker_settings.kafka_config()
-    )
+    conf = broker_settings.kafka_config()
+    return World(broker, broker_settings, tmp, sqlite_url, pg_url, pg_table, iceberg_table, conf)
 
 
 def _librdkafka_partitions(conf: dict[str, Any], keys: list[str]) -> dict[str, int]:
@@ -197,7 +198,7 @@ def _thirds(n: int) -> list[int]:
 
 def test_postgres_by_predicate_skipping_a_partition(world: World) -> None:
     topic = world.live_topic()
-    source = {"postgres": {"url": world.pg_url, "table": "public.accounts"}, "key": "id"}
+    source = {"postgres": {"url": world.pg_url, "table": f"public.{world.pg_table}"}, "key": "id"}
     spec = rf.spec(
         "reproduce-where",
         {**source, "where": "status IN ('blocked', 'corrupt') AND region = 'eu'", "skip_partitions": [1]},
@@ -216,9 +217,9 @@ def test_postgres_by_predicate_skipping_a_partition(world: World) -> None:
     kept = [a for a in chosen if placed[a.id] != 1]
     assert skipped and any(a.rejected for a in kept)  # the data exercises both paths
     _check_records(
-        world, outcome, records, "postgres:public.accounts", [a.id for a in kept if not a.rejected]
+        world, outcome, records, f"postgres:public.{world.pg_table}", [a.id for a in kept if not a.rejected]
     )
-    _check_quarantine(world, outcome, [a.id for a in kept if a.rejected], "postgres:public.accounts")
+    _check_quarantine(world, outcome, [a.id for a in kept if a.rejected], f"postgres:public.{world.pg_table}")
     assert not [r for r in _synthetic(records, outcome.run_id) if r.partition == 1]
     c = outcome.counts
     assert (c.records_read, c.filtered, c.quarantined) == (
@@ -269,7 +270,7 @@ def _bad(world: World, source: dict[str, Any], **sections: Any) -> str:
 
 def test_bad_input_is_one_line_and_produces_nothing(world: World) -> None:
     sqlite = {"sqlite": {"url": world.sqlite_url, "table": "accounts"}, "key": "id"}
-    pg = {"postgres": {"url": world.pg_url, "table": "accounts"}, "key": "id"}
+    pg = {"postgres": {"url": world.pg_url, "table": world.pg_table}, "key": "id"}
     message = _bad(world, {**sqlite, "sqlite": {"url": world.sqlite_url, "table": "acounts"}, "ids": [1]})
     assert message.endswith(
         f"source.table.sqlite.table: no table acounts in {world.sqlite_url}; check the name (schema.table)"

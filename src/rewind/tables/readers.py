@@ -18,7 +18,7 @@ Rows whose key is null are never selected: a record needs a key.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,7 +40,7 @@ class Rows:
     """A batch of rows in key order: column names and one tuple per row."""
 
     columns: tuple[str, ...]
-    rows: list[tuple[Any, ...]]
+    rows: Sequence[Sequence[Any]]
 
 
 class TableReader(ABC):

@@ -212,7 +212,7 @@ class SqlReader(TableReader):
             result = self._select(conn, sql, params, selection)
             columns = tuple(result.keys())
             for part in result.partitions(batch_rows):
-                yield Rows(columns, [tuple(r) for r in part])
+                yield Rows(columns, part)  # Row objects are sequences: no copy
 
     def close(self) -> None:
         if self._engine is not None:

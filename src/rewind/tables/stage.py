@@ -1,6 +1,8 @@
 """The Spark stage of a re-produce wave: tasks read key ranges and produce them, one unit each.
 
-One wave = one Spark job of one task per unit (``spark.range(n, numPartitions=n)``). A task:
+One wave = one Spark job of at most one task per core (``spark.range(units, numPartitions=
+min(units, parallelism))``: a Spark task costs about half a second to schedule, a unit only
+its transaction), each running its units one after the other. Per unit, a task:
 
 1. opens the unit with the writer the job layer handed in (the Kafka sink's
    :class:`~rewind.sinks.kafka.unit_writer.UnitWriter`): an earlier attempt's commit means
@@ -241,6 +243,16 @@ class TableStageError(RewindError):
     """A task of a re-produce wave failed; the message is the task's own error, on one line."""
 
 
+def _parallelism(spark: SparkSession) -> int:
+    """How many tasks run at once (the default parallelism; the host's cores under Spark Connect)."""
+    import os
+
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # Spark Connect has no SparkContext
+        return os.cpu_count() or 1
+
+
 def run_table_wave(
     spark: SparkSession, ctx: TableStageContext, writer: UnitWriter
 ) -> dict[str, TableUnitOutput]:
@@ -251,8 +263,9 @@ def run_table_wave(
     if not units:
         return {}
     process: Any = TableUnits(ctx, writer)  # a callable object; Spark's stubs want a function
+    tasks = min(units, _parallelism(spark))
     try:
-        results = spark.range(0, units, 1, units).mapInArrow(process, RESULT_SCHEMA).collect()
+        results = spark.range(0, units, 1, tasks).mapInArrow(process, RESULT_SCHEMA).collect()
     except Exception as exc:
         if isinstance(exc, RewindError):
             raise

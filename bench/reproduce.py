@@ -1,0 +1,314 @@
+"""Benchmark: a re-produce (``source.table``) against a bare confluent-kafka produce loop.
+
+Same run, same broker, same records (default 200,000 accounts in a SQLite file, 8 partitions):
+
+  (a) ``run_job`` of a spec re-producing every row (``where: TRUE``) to a topic: Spark tasks
+      read their key ranges, decode and translate the rows (a pandas function), attach lineage,
+      and produce each unit in one Kafka transaction with its marker; the ledger, the
+      quarantine and the conservation checks as in any run. Timed from the run's start to its
+      end (plan, and the Spark session's first start, before the clock);
+  (b) a bare confluent-kafka idempotent produce loop (the sink's producer settings: linger 20
+      ms, lz4) of the very records (a) produced: read back from (a)'s topic into memory first
+      (key, value, partition, timestamp, headers), only the produce calls and the flush timed.
+      A bare *transactional* loop (one transaction) is measured too, for reference;
+  (c) a bare re-produce script, what one writes by hand: one process reads the same rows with
+      the database's driver, builds the same message (orjson), key and a few static headers,
+      and produces with librdkafka's Java-compatible ``murmur2_random`` partitioner; timed from
+      the query to the flush.
+
+Prints rows/s of each and the ratio a/b; ``--json PATH`` writes them. Usage:
+``python bench/reproduce.py [--rows N] [--ranges R] [--postgres URL]``;
+``REWIND_BENCH_BOOTSTRAP`` selects another broker than a fresh tansu.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from common import broker, create_topic, machine, stamp  # noqa: E402
+
+PARTITIONS = 8
+SCHEMA = "id BIGINT PRIMARY KEY, name TEXT, balance_cents BIGINT, status TEXT, region TEXT, note TEXT"
+
+
+def rows_of(n: int) -> list[tuple[Any, ...]]:
+    statuses = ("active", "blocked", "closed")
+    return [
+        (i, f"account {i}", (i * 7919) % 1_000_000, statuses[i % 3], "eu" if i % 2 else "us", "x" * 40)
+        for i in range(1, n + 1)
+    ]
+
+
+def fill_sqlite(path: Path, n: int) -> str:
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE accounts ({SCHEMA})")
+        db.executemany("INSERT INTO accounts VALUES (?, ?, ?, ?, ?, ?)", rows_of(n))
+    return f"sqlite:///{path}"
+
+
+def fill_postgres(url: str, n: int) -> str:
+    import psycopg
+
+    with psycopg.connect(url) as db:
+        db.execute("DROP TABLE IF EXISTS bench_accounts")
+        db.execute(f"CREATE TABLE bench_accounts ({SCHEMA})")
+        with db.cursor().copy("COPY bench_accounts FROM STDIN") as copy:
+            for row in rows_of(n):
+                copy.write_row(row)
+    return url
+
+
+def read_back(conf: dict[str, Any], topic: str) -> list[tuple[Any, ...]]:
+    """(value, key, partition, timestamp, headers) of every record of ``topic``."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    out = []
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        left = set(range(PARTITIONS))
+        while left:
+            for msg in consumer.consume(10_000, timeout=1.0):
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        left.discard(msg.partition())
+                    continue
+                out.append((msg.value(), msg.key(), msg.partition(), msg.timestamp()[1], msg.headers()))
+    finally:
+        consumer.close()
+    return out
+
+
+class _WaveClock:
+    """A console that times the run's waves (from the first wave's start to the conclude stage)."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.seconds = 0.0
+
+    def stage(self, name: str, description: str) -> None:
+        if name == "run-wave" and not self.started:
+            self.started = time.perf_counter()
+        elif name == "conclude":
+            self.seconds = time.perf_counter() - self.started
+
+    def run_started(self, progress: Any) -> None: ...
+
+    def wave_progress(self, progress: Any) -> None: ...
+
+    def run_progress(self, progress: Any) -> None: ...
+
+    def archive_committed(self, result: Any) -> None: ...
+
+
+def bare_loop(conf: dict[str, Any], topic: str, records: list[tuple[Any, ...]], transactional: bool) -> float:
+    from confluent_kafka import Producer
+
+    settings = {
+        **conf,
+        "enable.idempotence": True,
+        "linger.ms": 20,
+        "compression.type": "lz4",
+        "queue.buffering.max.messages": 500_000,
+        "delivery.report.only.error": True,
+    }
+    if transactional:
+        settings["transactional.id"] = f"bench-bare-{uuid.uuid4().hex[:6]}"
+    producer = Producer(settings)
+    if transactional:
+        producer.init_transactions(60)
+    produce = producer.produce
+    gc.disable()  # as in Rewind's produce loop
+    t0 = time.perf_counter()
+    if transactional:
+        producer.begin_transaction()
+    for i, (value, key, partition, ts, headers) in enumerate(records):
+        while True:
+            try:
+                produce(topic, value, key, partition, timestamp=ts, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 20_000 == 0:
+            producer.poll(0)
+    if producer.flush(300):
+        raise RuntimeError("bare produce: records left undelivered")
+    if transactional:
+        producer.commit_transaction(60)
+    seconds = time.perf_counter() - t0
+    gc.enable()
+    return len(records) / seconds
+
+
+def bare_script(conf: dict[str, Any], topic: str, source: dict[str, Any]) -> float:
+    import orjson
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            **conf,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 500_000,
+            "delivery.report.only.error": True,
+            "partitioner": "murmur2_random",
+        }
+    )
+    headers = [("rewind.synthetic", "true"), ("rewind.source", "accounts"), ("rewind.version", "1")]
+    produce, dumps = producer.produce, orjson.dumps
+    gc.disable()
+    t0 = time.perf_counter()
+    if "sqlite" in source:
+        db: Any = sqlite3.connect(source["sqlite"]["url"].removeprefix("sqlite:///"))
+        cursor = db.execute("SELECT * FROM accounts ORDER BY id")
+    else:
+        import psycopg
+
+        db = psycopg.connect(source["postgres"]["url"])
+        cursor = db.cursor(name="bench").execute("SELECT * FROM bench_accounts ORDER BY id")
+    n = 0
+    while True:
+        rows = cursor.fetchmany(10_000)
+        if not rows:
+            break
+        for ident, name, cents, status, region, _note in rows:
+            value = dumps(
+                {
+                    "account_id": ident,
+                    "name": name,
+                    "balance": cents / 100,
+                    "status": status,
+                    "region": region,
+                }
+            )
+            while True:
+                try:
+                    produce(topic, value, str(ident).encode(), headers=headers)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        n += len(rows)
+        producer.poll(0)
+    if producer.flush(300):
+        raise RuntimeError("bare script: records left undelivered")
+    seconds = time.perf_counter() - t0
+    gc.enable()
+    db.close()
+    return n / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--ranges", type=int, default=8, help="key ranges (work units, Spark tasks)")
+    parser.add_argument("--postgres", help="read from this PostgreSQL database instead of SQLite")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args()
+
+    from rewind.config import load_settings
+    from rewind.job.service import plan_job, run_job
+    from rewind.spark import session
+    from rewind.spec import parse_spec
+
+    n = args.rows
+    tmp = Path(tempfile.mkdtemp(prefix="rewind-bench-reproduce-"))
+    with broker() as bootstrap:
+        settings = load_settings(
+            env={"REWIND_BOOTSTRAP_SERVERS": bootstrap, "REWIND_STATE_DIR": str(tmp / "state")}, cwd=tmp
+        )
+        conf = settings.kafka_config()
+        if args.postgres:
+            source = {"postgres": {"url": fill_postgres(args.postgres, n), "table": "bench_accounts"}}
+        else:
+            source = {"sqlite": {"url": fill_sqlite(tmp / "accounts.db", n), "table": "accounts"}}
+        topic = f"bench-accounts-{uuid.uuid4().hex[:6]}"
+        create_topic(conf, topic, PARTITIONS)
+        spec = parse_spec(
+            {
+                "name": "bench-reproduce",
+                "source": {"table": {**source, "key": "id", "where": "TRUE", "key_ranges": args.ranges}},
+                "decode": "rows",
+                "translate": {"function": "bench.reproduce_translate:account_state", "version": "1"},
+                "key": ["account_id"],
+                "sink": {"kafka": {"topic": topic}},
+            }
+        )
+        session(settings)  # the Spark session's first start is not part of a run's rate
+        plan = plan_job(settings, spec)
+        assert plan.ok, plan.failed_gates()
+        waves = _WaveClock()
+        t0 = time.perf_counter()
+        outcome = run_job(settings, spec, console=waves)
+        run_seconds = time.perf_counter() - t0
+        wave_rate = n / waves.seconds
+        assert outcome.state == "succeeded" and outcome.counts.emitted == n, outcome.to_dict()
+        rewind_rate = n / run_seconds
+
+        records = read_back(conf, topic)
+        assert len(records) == n, f"read back {len(records)} of {n} records"
+        other = f"bench-bare-{uuid.uuid4().hex[:6]}"
+        create_topic(conf, other, PARTITIONS)
+        bare_rate = bare_loop(conf, other, records, transactional=False)
+        other_txn = f"bench-bare-txn-{uuid.uuid4().hex[:6]}"
+        create_topic(conf, other_txn, PARTITIONS)
+        bare_txn_rate = bare_loop(conf, other_txn, records, transactional=True)
+        scripted = f"bench-script-{uuid.uuid4().hex[:6]}"
+        create_topic(conf, scripted, PARTITIONS)
+        script_rate = bare_script(conf, scripted, source)
+
+    ratio = rewind_rate / bare_rate
+    print(f"# {stamp()}  {machine()}  {n:,} rows, {PARTITIONS} partitions, {args.ranges} key ranges")
+    label = "(a) re-produce (rewind run of a table source)"
+    print(f"{label:50s} {rewind_rate:>12,.0f} rows/s  ({run_seconds:.1f} s)")
+    print(f"{'(b) bare confluent-kafka produce loop':50s} {bare_rate:>12,.0f} rows/s")
+    print(f"{'    bare loop in one transaction':50s} {bare_txn_rate:>12,.0f} rows/s")
+    print(f"{'(c) bare re-produce script (read, encode, produce)':50s} {script_rate:>12,.0f} rows/s")
+    print(f"{'a/b':50s} {ratio:12.2f}   (target >= 0.7)")
+    print(f"{'a/c':50s} {rewind_rate / script_rate:12.2f}")
+    print(f"{'wave only (Spark tasks read, translate, produce)':50s} {wave_rate:>12,.0f} rows/s")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "at": stamp(),
+                    "machine": machine(),
+                    "rows": n,
+                    "ranges": args.ranges,
+                    "reproduce_rows_per_s": round(rewind_rate),
+                    "bare_rows_per_s": round(bare_rate),
+                    "bare_transactional_rows_per_s": round(bare_txn_rate),
+                    "bare_script_rows_per_s": round(script_rate),
+                    "wave_rows_per_s": round(wave_rate),
+                    "ratio": round(ratio, 3),
+                    "ratio_to_script": round(rewind_rate / script_rate, 3),
+                },
+                indent=2,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
