@@ -51,13 +51,19 @@ class Side(ABC):
         ledger: str | Ledger,
         batch_size: int = 500,
         timeout_s: float = 1.0,
+        record_interval_s: float = 1.0,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if record_interval_s < 0:
+            raise ValueError(f"record_interval_s must be >= 0, got {record_interval_s}")
         self.reconsume_id = reconsume
         self.handler = handler
         self.batch_size = batch_size
         self.timeout_s = timeout_s
+        self.record_interval_s = record_interval_s
+        """Progress records that only inform (never the ones ownership rests on) are written at
+        most this often; 0 writes them with every batch."""
         self.handled = 0
         """Messages given to the handler (counted per batch)."""
         self.skipped = 0
@@ -136,14 +142,30 @@ class Side(ABC):
             self.poll_once()
             count += 1
 
+    def _before_close(self) -> None:  # noqa: B027 - a hook, empty by default
+        """Write what is still unwritten while the consumer is open (its positions are needed)."""
+
     def close(self) -> None:
-        """Close the consumer this side built (one it was given stays open) and the ledger."""
+        """Record what is unrecorded, close the consumer this side built (one it was given stays
+        open), release what the side holds, close the ledger."""
         try:
-            if self.consumer is not None and self._given_consumer is None:
-                self.consumer.close()
+            if self.consumer is not None:
+                try:
+                    self._before_close()
+                except Exception:  # closing must go on; what was not recorded is only progress
+                    log.warning("%s side of reconsume %s: the last progress was not recorded",
+                                self.role, self.reconsume_id, exc_info=True)
+                if self._given_consumer is None:
+                    self.consumer.close()
         finally:
             self.consumer = None
-            self._close_ledger()
+            try:
+                self._release()
+            finally:
+                self._close_ledger()
+
+    def _release(self) -> None:  # noqa: B027 - a hook, empty by default
+        """Give back what the side holds in the ledger (after the consumer is closed)."""
 
     def _close_ledger(self) -> None:
         if self._ledger is not None and not isinstance(self._ledger_arg, Ledger):

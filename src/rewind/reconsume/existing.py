@@ -25,8 +25,9 @@ is a bare loop again: no ledger, no per-message check.
 
 1. consume; 2. call the handler on every message; 3. commit; 4. ONE ledger transaction
 recording, per partition not handed over yet, the last offset handled (from the consumer's
-positions, so nothing is counted per message). A partition found handed over is no longer
-recorded.
+positions, so nothing is counted per message), at most every ``record_interval_s`` (default
+1 s) and when the side closes: an older record is safe here, see :meth:`_record_parallel`.
+A partition found handed over is no longer recorded.
 
 Crash semantics: a process killed between step 2 (or 3) and the commit handles its last
 batch again after a restart, by the same side and with the same decisions (the record of
@@ -41,6 +42,7 @@ handles those itself).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.windows import TP
@@ -71,6 +73,8 @@ class ExistingSide(Side):
             tp: r.existing_last_offset for tp, r in self.rows.items() if r.existing_last_offset is not None
         }
         self._parallel = self.record.mode == "parallel"
+        self._dirty = False  # parallel: handled more than is recorded
+        self._recorded_at = float("-inf")
 
     def _build_consumer(self, conf: dict[str, Any]) -> Consumer:
         from confluent_kafka import Consumer
@@ -156,8 +160,6 @@ class ExistingSide(Side):
                 self._watch.discard(key)
 
     def _parallel_batch(self, messages: list[Message]) -> None:
-        from confluent_kafka import TopicPartition
-
         handler, n = self.handler, 0
         for m in messages:
             if m.error() is not None and message_error(m):
@@ -166,11 +168,25 @@ class ExistingSide(Side):
             n += 1
         if n:
             self._commit()
-        self.handled += n
-        pending = self._watch
-        if not n or not pending:
-            return
+            self.handled += n
+            self._dirty = True
+        if self._dirty and self._watch and time.monotonic() - self._recorded_at >= self.record_interval_s:
+            self._record_parallel()
+
+    def _record_parallel(self) -> None:
+        """Step 4 of parallel mode: the last offset handled per partition, one transaction.
+
+        At most every ``record_interval_s``: a record older than the truth only makes the
+        temporary side stop earlier, where this side has handled more than it says, so
+        nothing is left unhandled (the temporary side stops at the recorded offset + 1 and
+        this side has handled every offset from its first one up to the truth).
+        """
+        from confluent_kafka import TopicPartition
+
         assert self.consumer is not None and self.table is not None
+        self._recorded_at = time.monotonic()
+        self._dirty = False
+        pending = self._watch
         mine = [TopicPartition(t.topic, t.partition) for t in self.consumer.assignment()
                 if (t.topic, t.partition) in pending]
         last: dict[TP, int] = {}
@@ -180,9 +196,13 @@ class ExistingSide(Side):
                 last[key] = tp.offset - 1
         if not last:
             return
-        for key, h in self.table.claim(last).items():  # step 4: one transaction
+        for key, h in self.table.claim(last).items():
             if h is None:
                 self._recorded[key] = last[key]
             else:
                 self._h[key] = h
                 pending.discard(key)
+
+    def _before_close(self) -> None:
+        if self._parallel and self._dirty and self._watch:
+            self._record_parallel()

@@ -13,7 +13,9 @@ It owns ``[start, handover)`` of each partition. Per batch, in this order:
 2. call the handler on the messages it owns (in parallel mode only those at or below the
    existing side's recorded offset, read once per batch);
 3. commit the new positions to the temporary group, synchronously;
-4. ONE ledger transaction: per partition the position reached, and the handover where due:
+4. at most ONE ledger transaction: the handover where due, and the positions reached (these
+   only inform ``status``, so at most every ``record_interval_s``); the existing side's
+   record is read at most that often too, and a handover is only tried when it can hold:
 
    * handover mode: as soon as the position passes the existing side's recorded offset
      ("caught up": a compare-and-set against the existing side's record, so the two sides
@@ -84,9 +86,10 @@ class TemporarySide(Side):
         timeout_s: float = 1.0,
         idle_handover_s: float | None = None,
         lease_ttl_s: float = 30.0,
+        record_interval_s: float = 1.0,
     ) -> None:
         super().__init__(consumer, handler, reconsume=reconsume, ledger=ledger, batch_size=batch_size,
-                         timeout_s=timeout_s)
+                         timeout_s=timeout_s, record_interval_s=record_interval_s)
         self.idle_handover_s = idle_handover_s
         self.lease_ttl_s = lease_ttl_s
         self.handed_over: dict[TP, int] = {}
@@ -94,7 +97,10 @@ class TemporarySide(Side):
         self._keeper: LeaseKeeper | None = None
         self._pos: dict[TP, int] = {}  # next offset to handle, per partition still owned
         self._idle_since: dict[TP, float] = {}
-        self._eof_checked: set[TP] = set()
+        self._e: dict[TP, int | None] = {}
+        self._e_read_at = float("-inf")
+        self._unrecorded: dict[TP, int] = {}  # positions reached but not yet in the ledger
+        self._recorded_at = float("-inf")
 
     def _prepare(self, ledger: Ledger) -> None:
         assert self.record is not None
@@ -143,6 +149,19 @@ class TemporarySide(Side):
     def done(self) -> bool:
         return self.consumer is not None and not self._pos
 
+    def _existing_offsets(self, now: float) -> dict[TP, int | None]:
+        """The existing side's recorded offsets, read at most every ``record_interval_s``.
+
+        A stale value is safe: it only ever grows, so an old one can make the side try a
+        handover that the compare-and-set then refuses (and the value is read again), or stop
+        a parallel re-read early where the existing side has handled more than it says.
+        """
+        assert self.table is not None
+        if now - self._e_read_at >= self.record_interval_s:
+            self._e = {tp: e for tp, (e, _h) in self.table.existing(self._pos).items()}
+            self._e_read_at = now
+        return self._e
+
     def _batch(self, messages: list[Message]) -> None:
         from confluent_kafka import TopicPartition
 
@@ -150,9 +169,9 @@ class TemporarySide(Side):
         self._keeper.check()  # a lost lease: another process may own these partitions now
         if not self._pos:
             return
-        existing: dict[TP, int] = {}
-        if self._parallel:
-            existing = {tp: e for tp, (e, _h) in self.table.existing(self._pos).items() if e is not None}
+        now = time.monotonic()
+        known = self._existing_offsets(now)
+        cutoff = {tp: e for tp, e in known.items() if e is not None} if self._parallel else {}
         handler, n, cut = self.handler, 0, 0
         eof: dict[Any, int | None] = {}
         for m in messages:  # step 2
@@ -160,8 +179,8 @@ class TemporarySide(Side):
                 if message_error(m):
                     eof[(m.topic(), m.partition())] = m.offset()
                 continue
-            if existing:
-                e = existing.get((m.topic(), m.partition()))  # type: ignore[arg-type]
+            if cutoff:
+                e = cutoff.get((m.topic(), m.partition()))  # type: ignore[arg-type]
                 if e is not None and (m.offset() or 0) > e:
                     cut += 1
                     continue
@@ -170,41 +189,41 @@ class TemporarySide(Side):
         self.handled += n
         self.skipped += cut
 
-        owned = [TopicPartition(t, p) for t, p in self._pos]
-        now = time.monotonic()
         commits: list[Any] = []
         steps: dict[TP, TempStep] = {}
-        for tp in self.consumer.position(owned):
+        for tp in self.consumer.position([TopicPartition(t, p) for t, p in self._pos]):
             key = (tp.topic, tp.partition)
             old = self._pos[key]
             new = tp.offset if tp.error is None and tp.offset >= 0 else old
+            e = known.get(key)
             reason: Reason | None = None
-            e = existing.get(key)
-            if e is not None and new >= max(old, e + 1):  # parallel: reached the existing side
-                new, reason = max(old, e + 1), "now"
-            elif not self._parallel and new > old:
-                reason = "caught_up"
+            if e is not None and self._parallel and new >= max(old, e + 1):
+                new, reason = max(old, e + 1), "now"  # reached what the existing side handled
+            elif e is not None and not self._parallel and e < new:
+                reason = "caught_up"  # past everything the existing side skipped
             if new > old:
                 self._idle_since.pop(key, None)
-                self._eof_checked.discard(key)
+                commits.append(TopicPartition(key[0], key[1], new))
+                self._unrecorded[key] = new
             if eof.get(key) == new:  # lag zero: the end of the partition, nothing after it
                 self._idle_since.setdefault(key, now)
-                if key not in self._eof_checked and reason is None and not self._parallel:
-                    reason = "caught_up"  # once per end reached: has the existing side moved?
-                    self._eof_checked.add(key)
             since = self._idle_since.get(key)
             if reason is None and since is not None and now - since >= (self.idle_handover_s or 0.0):
                 reason = "idle"
                 self._idle_since[key] = now  # not every batch, should the existing side be ahead
-            if new > old:
-                commits.append(TopicPartition(key[0], key[1], new))
-            if new > old or reason is not None:
-                steps[key] = TempStep(last=new - 1 if new > old else None, position=new, handover=reason)
+            if reason is not None:
+                steps[key] = TempStep(last=new - 1, position=new, handover=reason)
             self._pos[key] = new
         self._commit(commits)  # step 3
-        if not steps:
+        if not steps and (not self._unrecorded or now - self._recorded_at < self.record_interval_s):
             return
+        for key, position in self._unrecorded.items():  # progress rides along, at most so often
+            steps.setdefault(key, TempStep(last=position - 1, position=position))
+        self._unrecorded.clear()
+        self._recorded_at = now
         handed = self.table.record_temp(steps)  # step 4
+        if any(s.handover == "caught_up" and tp not in handed for tp, s in steps.items()):
+            self._e_read_at = float("-inf")  # the existing side moved on: read it again
         if handed:  # step 5
             self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in handed])
             for key, h in handed.items():
@@ -212,16 +231,15 @@ class TemporarySide(Side):
                 del self._pos[key]
                 self._idle_since.pop(key, None)
 
-    def close(self) -> None:
-        """Close the consumer, then give the lease back (another process may take over)."""
+    def _before_close(self) -> None:
+        if self._unrecorded and self.table is not None:
+            self.table.record_temp({k: TempStep(last=p - 1, position=p) for k, p in self._unrecorded.items()})
+            self._unrecorded.clear()
+
+    def _release(self) -> None:
+        """Give the lease back once the consumer is closed: another process may take over."""
         keeper, self._keeper = self._keeper, None
-        try:
-            if self.consumer is not None and self._given_consumer is None:
-                self.consumer.close()
-                self.consumer = None
-        finally:
-            if keeper is not None:
-                with _RUNNING_LOCK:
-                    _RUNNING.discard(self.reconsume_id)
-                keeper.__exit__(None, None, None)
-            super().close()
+        if keeper is not None:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(self.reconsume_id)
+            keeper.__exit__(None, None, None)
