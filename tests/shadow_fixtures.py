@@ -164,6 +164,24 @@ UPSERT = (
 )
 
 
+def row_of(m: Any) -> dict[str, Any]:
+    """What the live service writes for one event (the job's translate, and the source lineage)."""
+    from datetime import UTC, datetime
+
+    v = json.loads(m.value())
+    at = datetime.fromtimestamp(m.timestamp()[1] / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return {
+        "order_id": int(v["order_id"]),
+        "status": v["status"],
+        "amount": float(v["amount"]),
+        "_rewind_event_id": f"{m.topic()}/{m.partition()}/{m.offset()}",
+        "_rewind_source_topic": m.topic(),
+        "_rewind_source_partition": m.partition(),
+        "_rewind_source_offset": m.offset(),
+        "_rewind_source_timestamp": at,
+    }
+
+
 class LiveConsumer(threading.Thread):
     """The live service: a consumer group that upserts each event's row into v1, then commits.
 
@@ -171,9 +189,12 @@ class LiveConsumer(threading.Thread):
     source lineage the shadow's verification needs (its settle time reads the source time).
     """
 
-    def __init__(self, conf: dict[str, Any], topic: str, group: str, db: Path, table: str) -> None:
+    def __init__(
+        self, conf: dict[str, Any], topic: str, group: str, db: Path, table: str, dual: Any = None
+    ) -> None:
         super().__init__(daemon=True)
         self.conf, self.topic, self.group, self.db, self.table = conf, topic, group, db, table
+        self.dual = dual  # a rewind.dualwrite.DualWriter: the service's writes go through it
         self.halt = threading.Event()
         self.error: BaseException | None = None
         self.applied = 0
@@ -197,6 +218,11 @@ class LiveConsumer(threading.Thread):
                 while not self.halt.is_set():
                     msgs = [m for m in consumer.consume(200, 0.2) if m.error() is None]
                     if not msgs:
+                        continue
+                    if self.dual is not None:
+                        self.dual.upsert([row_of(m) for m in msgs])
+                        consumer.commit(asynchronous=False)
+                        self.applied += len(msgs)
                         continue
                     conn.execute("BEGIN IMMEDIATE")
                     for m in msgs:

@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
     ("catalog", "kafka"),
     ("spec", "ledger"),
-    ("groups",),
+    ("groups", "dualwrite"),
     ("translate",),
     ("spark",),
     ("history", "tables"),

@@ -38,7 +38,10 @@ SHADOW = {"lag_threshold": 100, "caught_up_for_s": 2, "settle_s": 5, "verify_pas
 def wait_for(what: str, check: Any, timeout: float = 120) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = check()
+        try:
+            value = check()
+        except RewindError:  # not there yet (the shadow's process is still starting)
+            value = None
         if value:
             return value
         time.sleep(0.5)
@@ -196,3 +199,87 @@ def test_refusals_name_what_to_do(tmp_path: Path) -> None:
 
     settings = load_settings(env={"REWIND_STATE_DIR": str(tmp_path)}, cwd=tmp_path)
     refused(lambda: cutover_hard(settings, "nope"), "nope", "rewind shadow start")
+
+
+DUAL = {**SHADOW, "verify_passes": 1, "monitoring_s": 3}
+
+
+def test_dual_write_then_repoint_then_decommission_while_orders_keep_coming(
+    noida_broker: TestBroker, spark: Any, tmp_path: Path
+) -> None:
+    from rewind.dualwrite import DualWriter
+    from rewind.shadow.lifecycle import abort, cutover_dual_write, decommission, repoint
+    from rewind.spec import load_spec
+
+    name = "shadow-dual"
+    settings, conf, topic, db, spec = prepared(noida_broker, spark, tmp_path, name, DUAL)
+    env = shadow_env(tmp_path, noida_broker.bootstrap)
+    group = f"live-{topic}"
+    sf.create_v1(settings, load_spec(spec), db, "orders")
+    live = sf.LiveConsumer(conf, topic, group, db, "orders")
+    live.start()
+    producer = sf.LiveProducer(conf, topic, 600, rate=20)
+    producer.start()
+    tail = start_tail(env, spec, tmp_path)
+    try:
+        wait_for("caught up", lambda: shadow_status(settings, name)["caught_up"], timeout=180)
+        assert verify_shadow(settings, name)["go"] is True
+        live.stop()  # the service stops to restart in dual-write; orders keep coming
+        wait_for(
+            "v2 past the live group",
+            lambda: all(p["group_lag"] <= 0 for p in shadow_status(settings, name)["partitions"]),
+        )
+    except BaseException:
+        producer.stop()
+        live.halt.set()
+        raise
+    finally:
+        tail.send_signal(signal.SIGINT)
+        try:
+            tail.wait(60)
+        except subprocess.TimeoutExpired:
+            tail.kill()
+            tail.wait(30)
+    try:
+        published = cutover_dual_write(settings, name)
+        assert published["state"] == "dual-write" and published["v1"].endswith("orders")
+        cut = {k: v for k, v in published["cut_line"].items()}
+
+        writer = DualWriter(settings.ledger, name, f"sqlite:///{db}")
+        live = sf.LiveConsumer(conf, topic, group, db, "orders", dual=writer)
+        live.start()
+        wait_for("dual writes", lambda: live.applied > 20)
+        v2 = published["v2"]
+        assert writer.tables()[0] == [published["v1"], v2]
+        done = repoint(settings, name)
+        assert done["state"] == "repointed"
+        assert writer.tables()[0] == [published["v1"]]  # the swapped table, which is v2
+        time.sleep(2)
+    finally:
+        last = producer.stop()
+    expected = sf.expected_rows(conf, topic)
+    try:
+        wait_for("the live service at the log end", lambda: _at_end(db, expected))
+    except AssertionError:
+        rows = {r[0]: (r[1], r[2], r[3], r[4]) for r in sf.table_rows(db, "orders")}
+        bad = [(k, rows.get(k), v) for k, v in expected.items() if rows.get(k) != v][:5]
+        raise AssertionError(f"{live.error!r} {live.applied} {bad}") from None
+    live.stop()
+    writer.close()
+    rows = sf.table_rows(db, "orders")
+    assert len(rows) == len({r[0] for r in rows}) == sf.ORDERS
+    assert {r[0]: (r[1], r[2], r[3], r[4]) for r in rows} == expected
+    ends = {p: last // 2 + (1 if last % 2 > p else 0) for p in (0, 1)}
+    assert live.applied == sum(ends[p] - cut[f"{topic}/{p}"] for p in (0, 1)), "from the cut line, once"
+
+    refused(lambda: abort(settings, name), "v2 is the live table", "nothing was dropped")
+    refused(lambda: decommission(settings, name), "monitored until", "nothing was dropped")
+    with sqlite3.connect(db) as conn:
+        before = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert any(t.startswith("orders__rewind_prev_") for t in before)
+    time.sleep(3)
+    gone = decommission(settings, name)
+    assert gone["state"] == "decommissioned"
+    with sqlite3.connect(db) as conn:
+        after = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert not any(t.startswith("orders__rewind_prev_") for t in after) and "orders" in after

@@ -76,6 +76,21 @@ def test_a_shadow_killed_in_history_and_in_its_tail_continues_with_no_gap_and_no
     assert {r[0]: (r[1], r[2], r[3], r[4]) for r in rows} == expected
 
     units = sf.committed_units(db, record.run_id)
+    _check_tiles(units, topic, last)
+
+    # abort: v2, its unit records and the tail's checkpoint are dropped; the shadow is not started again
+    from rewind.shadow.lifecycle import abort
+
+    dropped = abort(settings, "shadow-kill")
+    assert dropped["state"] == "aborted" and dropped["dropped"]["dropped"] == [staging["table"]], dropped
+    assert not Path(record.checkpoint).exists()
+    assert sf.committed_units(db, record.run_id) == []
+    again = rewind(env, tmp_path, "shadow", "start", str(spec))
+    assert again.returncode == 1, again.stderr
+    assert "shadow shadow-kill is aborted; only a tailing shadow is started again" in again.stderr
+
+
+def _check_tiles(units: list[str], topic: str, last: int) -> None:
     tiles = coverage(units)
     ends = {p: (last // 2 + (1 if last % 2 > p else 0)) for p in (0, 1)}
     for p in (0, 1):

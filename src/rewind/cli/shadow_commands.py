@@ -156,14 +156,30 @@ def cut(name: NameArg, json_out: JsonOpt = False) -> None:
 def cutover(
     name: NameArg,
     hard: Annotated[bool, typer.Option("--hard", help="Swap v2 in for v1 now, in one step.")] = False,
+    dual_write: Annotated[
+        bool, typer.Option("--dual-write", help="Publish the cut line: the live service writes v1 and v2.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Cut over to v2: --hard swaps it in atomically (gates: caught up, verified, live group inactive)."""
+    """Cut over to v2 (gates: caught up, verified, live group inactive): --hard swaps it in atomically;
+    --dual-write publishes the cut line for rewind.dualwrite, and `shadow repoint` swaps later."""
     from rewind.shadow.cutover import cutover_hard
     from rewind.shadow.exceptions import ShadowError
+    from rewind.shadow.lifecycle import cutover_dual_write
 
-    if not hard:
-        raise ShadowError("say how to cut over: --hard (swap v2 in now)")
+    if hard == dual_write:
+        raise ShadowError("say how to cut over: --hard (swap v2 in now) or --dual-write (repoint later)")
+    if dual_write:
+
+        def published(console: Console, d: dict[str, Any]) -> None:
+            console.print(
+                f"[bold green]shadow {d['shadow']} dual-writes[/]: restart the live service from the cut "
+                f"line {d['cut_line']} with rewind.dualwrite (writes {d['v1']} and {d['v2']}); then "
+                "`rewind shadow repoint`"
+            )
+
+        output(json_out).result(cutover_dual_write(_settings(), name), published)
+        return
 
     def render(console: Console, d: dict[str, Any]) -> None:
         swap = d["swap"]
@@ -174,3 +190,41 @@ def cutover(
         )
 
     output(json_out).result(cutover_hard(_settings(), name), render)
+
+
+@shadow_app.command("repoint")
+@command
+def repoint(name: NameArg, json_out: JsonOpt = False) -> None:
+    """Dual-write: swap v2 in for v1 (reads move to v2); the dual writers follow."""
+    from rewind.shadow.lifecycle import repoint as run_repoint
+
+    def render(console: Console, d: dict[str, Any]) -> None:
+        console.print(
+            f"[bold green]shadow {d['shadow']} repointed[/]: {d['swap']['after'].get('table')} is v2"
+        )
+
+    output(json_out).result(run_repoint(_settings(), name), render)
+
+
+@shadow_app.command("decommission")
+@command
+def decommission(name: NameArg, json_out: JsonOpt = False) -> None:
+    """Drop v1 (kept for a rollback) once shadow.monitoring_s has passed since the swap."""
+    from rewind.shadow.lifecycle import decommission as run_decommission
+
+    def render(console: Console, d: dict[str, Any]) -> None:
+        console.print(f"shadow {d['shadow']} decommissioned: dropped {d.get('dropped')}")
+
+    output(json_out).result(run_decommission(_settings(), name), render)
+
+
+@shadow_app.command("abort")
+@command
+def abort(name: NameArg, json_out: JsonOpt = False) -> None:
+    """Drop v2 and the tail's checkpoint of a shadow that was not swapped in."""
+    from rewind.shadow.lifecycle import abort as run_abort
+
+    def render(console: Console, d: dict[str, Any]) -> None:
+        console.print(f"shadow {d['shadow']} aborted: dropped {d.get('dropped')} and {d['checkpoint']}")
+
+    output(json_out).result(run_abort(_settings(), name), render)

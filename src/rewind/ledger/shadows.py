@@ -2,7 +2,7 @@
 
 A shadow's life (see :mod:`rewind.shadow`): ``history`` (the history run fills v2) →
 ``tailing`` (the live tail follows the topic) → ``cut`` (stopped at a recorded cut line) →
-``cutover`` (v2 swapped in as the target) or ``dual-write`` → ``repointed`` →
+``cutover`` (v2 swapped in as the target) or ``dual-write`` → ``repointing`` → ``repointed`` →
 ``decommissioned``; ``aborted`` from any state before ``decommissioned``. Every transition
 is a compare-and-set on the state under the write lock, so two processes cannot both move a
 shadow, and a re-run after a crash sees where the first one got.
@@ -22,7 +22,17 @@ from rewind.ledger.db import WRITE
 from rewind.ledger.exceptions import LedgerError, NotFound
 from rewind.ledger.schema import shadow_events, shadows
 
-STATES = ("history", "tailing", "cut", "cutover", "dual-write", "repointed", "decommissioned", "aborted")
+STATES = (
+    "history",
+    "tailing",
+    "cut",
+    "cutover",
+    "dual-write",
+    "repointing",
+    "repointed",
+    "decommissioned",
+    "aborted",
+)
 _HINT = "`rewind shadow start SPEC` starts one"
 
 
