@@ -470,3 +470,45 @@ def test_a_side_killed_with_sigkill_rehandles_at_most_its_uncommitted_batch(
         assert all(n <= batch for n in again.values()), again
     # the kills did land mid-batch: some messages were handled twice, by the same side
     assert sum(len(t) - 1 for t in handled["temporary"].values()) > 0
+
+
+def test_the_ledger_is_written_once_per_batch_not_per_message(rsettings: Settings) -> None:
+    """Counted at the database: the existing side's skip claims are one UPDATE per partition
+    and batch; the temporary side's informative records come at most once per interval."""
+    from sqlalchemy import event
+
+    conf = conf_of(rsettings)
+    topic, group, rid = topic_with_group(conf, partitions=1, per_partition=200, live_at=0)
+    plan_reconsume(rsettings, rid, group=group, topics=[topic], from_earliest=True, idle_handover_s=60)
+    start_reconsume(rsettings, rid)
+    with Ledger.open(rsettings.ledger) as ledger:
+        updates: list[str] = []
+
+        def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            if statement.lstrip().upper().startswith("UPDATE"):
+                updates.append(statement)
+
+        event.listen(ledger.engine, "before_cursor_execute", count)
+        existing = ExistingSide(conf, Recorder(), reconsume=rid, ledger=ledger, batch_size=50, timeout_s=0.3)
+        with existing:
+            batches = 0
+            deadline = time.monotonic() + 30
+            while existing.skipped < 200 and time.monotonic() < deadline:
+                batches += bool(existing.poll_once())
+        assert existing.skipped == 200 and existing.handled == 0
+        assert len(updates) == batches and 4 <= batches < 200  # one claim per batch with messages
+
+        updates.clear()
+        temporary = TemporarySide(conf, Recorder(), reconsume=rid, ledger=ledger, batch_size=20,
+                                  timeout_s=0.3, record_interval_s=3600)
+        with temporary:
+            while not temporary.done:
+                temporary.poll_once()
+            # ten batches and more: progress once at the start, then the one handover try that
+            # could hold (past the existing side's 199), which records the progress with it
+            assert temporary.batches >= 10 and temporary.handed_over == {(topic, 0): 200}
+            assert len(updates) == 2 and "handover_offset" in updates[1]
+            assert "existing_last_offset <" in updates[1]
+        assert len(updates) == 2  # nothing left to record on close
+    row = ReconsumeStore(Ledger.open(rsettings.ledger).engine).rows(rid)[0]
+    assert (row.temp_last_offset, row.existing_last_offset, row.handover_offset) == (199, 199, 200)
