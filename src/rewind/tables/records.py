@@ -47,6 +47,16 @@ def _column(values: tuple[Any, ...] | list[Any]) -> pa.Array:
         return pa.array([None if v is None else str(v) for v in values], pa.string())
 
 
+def _keys(column: pa.Array, values: tuple[Any, ...] | list[Any]) -> pa.Array:
+    """The key bytes of each entity id: Arrow casts integer and text columns to their UTF-8 text
+    at once (what :func:`key_bytes` gives one by one)."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(column.type) or pa.types.is_string(column.type):
+        return column.cast(pa.string()).cast(pa.binary())
+    return pa.array([None if v is None else key_bytes(v) for v in values], pa.binary())
+
+
 def as_records(
     rows: Rows, key_column: str, label: str, range_number: int, first_offset: int, extracted_at: datetime
 ) -> pa.RecordBatch:
@@ -59,11 +69,11 @@ def as_records(
     n = len(rows.rows)
     at = rows.columns.index(key_column)
     columns = list(zip(*rows.rows, strict=True)) if n else [() for _ in rows.columns]
-    keys = [key_bytes(k) for k in columns[at]]
+    values = [_column(c) for c in columns]
     micros = int(extracted_at.timestamp() * 1_000_000)
     record = kafka_record_schema(False)
     arrays = [
-        pa.array(keys, pa.binary()),
+        _keys(values[at], columns[at]),
         pa.nulls(n, pa.binary()),
         pa.repeat(pa.scalar(label, pa.string()), n),
         pa.repeat(pa.scalar(range_number, pa.int32()), n),
@@ -72,8 +82,8 @@ def as_records(
         pa.repeat(pa.scalar(0, pa.int32()), n),
     ]
     names = list(record.names)
-    for name, values in zip(rows.columns, columns, strict=True):
-        arrays.append(_column(values))
+    for name, column in zip(rows.columns, values, strict=True):
+        arrays.append(column)
         names.append(ROW_PREFIX + name)
     return pa.RecordBatch.from_arrays(arrays, names=names)
 

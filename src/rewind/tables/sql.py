@@ -208,11 +208,33 @@ class SqlReader(TableReader):
                 where += f" AND {key} < :hi"
                 params["hi"] = hi
             sql = f"SELECT * FROM {self._from(conn)} WHERE {where} ORDER BY {key}"
+            if self.kind == "sqlite":  # sqlite3 takes the same :name parameters, at C speed
+                yield from self._read_sqlite(conn, sql, params, batch_rows)
+                return
             conn = conn.execution_options(stream_results=True, yield_per=batch_rows)
             result = self._select(conn, sql, params, selection)
             columns = tuple(result.keys())
             for part in result.partitions(batch_rows):
                 yield Rows(columns, part)  # Row objects are sequences: no copy
+
+    def _read_sqlite(
+        self, conn: Connection, sql: str, params: dict[str, Any], batch_rows: int
+    ) -> Generator[Rows, None, None]:
+        """The rows through the sqlite3 cursor itself (tuples, without SQLAlchemy's rows); the
+        statement is the one :meth:`count` ran, with the escaped colons of user SQL put back."""
+        import sqlite3
+
+        raw: Any = conn.connection.driver_connection
+        try:
+            cursor = raw.execute(sql.replace("\\:", ":"), params)
+        except sqlite3.Error as exc:
+            raise TableSourceError("source.table", f"SQLite refused the read: {_first_line(exc)}") from None
+        columns = tuple(d[0] for d in cursor.description)
+        while True:
+            part = cursor.fetchmany(batch_rows)
+            if not part:
+                break
+            yield Rows(columns, part)
 
     def close(self) -> None:
         if self._engine is not None:
