@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=15
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify bench-fold bench-avro bench-merge bench-reconsume clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -53,6 +53,10 @@ bench-merge: install
 
 bench-reconsume: install
 	$(BIN)/python bench/reconsume_wrappers.py
+
+bench-reproduce: install
+	$(BIN)/python bench/reproduce.py --rows 200000
+	$(BIN)/python bench/reproduce.py --rows 1000000
 
 clean:
 	rm -rf $(VENV) .rewind .pytest_cache
