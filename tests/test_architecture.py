@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sinks",),
     ("job", "reconsume"),
     ("verify", "doctor", "embedded"),
-    ("shadow",),
+    ("shadow", "ops"),
     ("console", "progress", "output"),
     ("demo",),
     ("cli",),

@@ -72,7 +72,9 @@ def test_exact_arithmetic_with_prices_and_a_remote_broker() -> None:
 
 
 def test_a_local_broker_costs_no_egress_and_no_prices_no_money() -> None:
-    est = estimate(CostInputs(kafka_records=94_220, archive_records=0, avg_record_bytes=100.0, units=1, cores=2))
+    est = estimate(
+        CostInputs(kafka_records=94_220, archive_records=0, avg_record_bytes=100.0, units=1, cores=2)
+    )
     assert est["egress_bytes"] == 0 and "money" not in est
     assert est["rate_source"] == "default"
     assert est["core_seconds"] == round(94_220 / DEFAULT_RECORDS_PER_CORE_SECOND, 3)

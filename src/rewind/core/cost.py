@@ -29,10 +29,11 @@ DEFAULT_SPARK_STARTUP_S = 12.0
 """Spark session start-up (JVM, local[*], first job) measured at 12.3 s on the same VM under a
 load average of ~3 (``session(settings)`` then ``range(10).count()``), 2026-11-25."""
 
-DEFAULT_COMMIT_S_PER_UNIT = 0.35
-"""Seconds of one unit's commit (sink commit, ledger row) when no rehearsal measured it:
-measured by ``rewind rehearse`` on tansu with an Iceberg staging, 2026-11-25 (see
-docs/operations.md)."""
+DEFAULT_COMMIT_S_PER_UNIT = 0.01
+"""Seconds of commit per unit (quarantine and sink commits, ledger rows) when no rehearsal
+measured it: ``rewind rehearse`` measured 0.064 s for a wave of 8 units into Iceberg (local SQL
+catalog) on tansu, 2026-11-25 (tests/test_rehearse.py with ``-s``). A wave commits its units
+together, so this is a per-unit share of wave commits, not one commit per unit."""
 
 GB = 1_000_000_000
 
@@ -63,9 +64,7 @@ def parse_price(field: str, value: Any) -> Price:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise PriceError(f"cost.{field}: expected a price like '0.05 USD', got {value!r}")
     if isinstance(value, int | float):
-        raise PriceError(
-            f"cost.{field}: {value!r} has no currency; write it like '{value} USD' (per {unit})"
-        )
+        raise PriceError(f"cost.{field}: {value!r} has no currency; write it like '{value} USD' (per {unit})")
     match = _PRICE.match(value)
     if match is None:
         raise PriceError(
@@ -82,9 +81,7 @@ def check_prices(prices: dict[str, Price]) -> None:
     """One currency across the prices: a total of USD and EUR would be no amount at all."""
     currencies = sorted({p.currency for p in prices.values()})
     if len(currencies) > 1:
-        raise PriceError(
-            f"cost: prices in {' and '.join(currencies)}; give every price in one currency"
-        )
+        raise PriceError(f"cost: prices in {' and '.join(currencies)}; give every price in one currency")
 
 
 @dataclass(frozen=True)

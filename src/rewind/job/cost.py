@@ -64,4 +64,11 @@ def cost_estimate(
 
 def rehearsed_rates(settings: Settings, fingerprint: str) -> dict[str, Any] | None:
     """The measured rates of the last passed rehearsal of this fingerprint, if any."""
-    return None  # filled by rewind.ledger.rehearsals once rehearsals are stored
+    from rewind.ledger import Ledger
+    from rewind.ledger.evidence import EvidenceStore
+
+    with Ledger.open(settings.ledger) as ledger:
+        found = EvidenceStore(ledger.engine).latest_passed(fingerprint)
+    if found is None or not (found.details.get("rates") or {}).get("records_per_core_second"):
+        return None
+    return {**found.details["rates"], "rehearsal_id": found.id}

@@ -142,8 +142,12 @@ def execute(
     console: Console = QUIET,
     units_per_wave: int | None = None,
     after_commit: Callable[[list[str]], None] | None = None,
+    timings: list[dict[str, Any]] | None = None,
 ) -> RunOutcome:
-    """Run (or resume) ``run_id`` of ``plan`` to the end. See the module docstring for the steps."""
+    """Run (or resume) ``run_id`` of ``plan`` to the end. See the module docstring for the steps.
+
+    ``timings`` (``rewind rehearse``) hears one entry per Kafka/archive wave: its units, records,
+    seconds in Spark (read, decode, translate, write in the tasks) and seconds of its commits."""
     from rewind.job.components import make_sink
     from rewind.ledger import LeaseHeld
 
@@ -213,7 +217,7 @@ def execute(
                     else:
                         _run_wave(
                             settings, ledger, plan, run_id, wave,
-                            unit_sink, unit_staging, qsink, qstaging, run.done_q, live,
+                            unit_sink, unit_staging, qsink, qstaging, run.done_q, live, timings,
                         )
                     run.waves += 1
                     run.pending -= {u.id for u in wave}
@@ -444,6 +448,7 @@ def _run_wave(
     qstaging: IcebergStaging,
     done_q: set[str],
     live: LiveProgress,
+    timings: list[dict[str, Any]] | None = None,
 ) -> None:
     """Step 5 for one wave: Spark (its progress shown live), conservation per unit, quarantine
     commit, output commit, ledger."""
@@ -480,8 +485,10 @@ def _run_wave(
         )
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:
+        t_spark = time.monotonic()
         with live.wave(base, wave):
             outputs = run_wave(spark, ctx, read_archive)
+        t_commit = time.monotonic()
     except Exception as exc:  # the wave's units are not done: say why in the ledger
         try:
             ledger.fail_units(run_id, [u.id for u in wave], _one_line(exc))
@@ -508,6 +515,15 @@ def _run_wave(
     faults.point("after-sink-commit")
     ledger.complete_units(run_id, [UnitResult(uid, **_counts_for(counts[uid])) for uid in ids])
     faults.point("after-ledger-update")
+    if timings is not None:
+        timings.append(
+            {
+                "units": len(ids),
+                "records": sum(outputs[uid].counts.records_read for uid in ids),
+                "spark_s": t_commit - t_spark,
+                "commit_s": time.monotonic() - t_commit,
+            }
+        )
 
 
 def _progress(ledger: Ledger, plan: JobPlan, run_id: str, started: float) -> RunProgress:

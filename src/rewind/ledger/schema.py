@@ -223,3 +223,32 @@ shadow_events = Table(
     Column("details", JSONType, nullable=False),
     Index("ix_rewind_shadow_events_name_kind", "name", "kind", "id"),
 )
+
+rehearsals = Table(
+    "rewind_rehearsals",
+    metadata,
+    # one row per `rewind rehearse`: the evidence `rewind readiness` and the cost model read,
+    # keyed by the fingerprint of the spec rehearsed; see rewind.ledger.evidence
+    Column("id", String(64), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("run_id", String(128)),  # the throw-away run (its staging and target are gone)
+    Column("passed", Integer, nullable=False),  # 1: ran, verified, promoted, rolled back, cleaned
+    Column("details", JSONType, nullable=False),  # slice, rates per stage, extrapolation, steps
+    Column("username", String(200), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Index("ix_rewind_rehearsals_fingerprint_at", "fingerprint", "at"),
+)
+
+probes = Table(
+    "rewind_probes",
+    metadata,
+    # what `rewind doctor` (and a rehearsal's lag sampling) found, per broker: readiness evidence
+    Column("id", BigInt, primary_key=True, autoincrement=True),
+    Column("kind", String(32), nullable=False),  # doctor | live-lag
+    Column("subject", String(300), nullable=False),  # the bootstrap servers (masked) or a group
+    Column("ok", Integer, nullable=False),
+    Column("details", JSONType, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Index("ix_rewind_probes_kind_subject", "kind", "subject", "id"),
+)

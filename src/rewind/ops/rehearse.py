@@ -1,0 +1,275 @@
+"""``rewind rehearse SPEC``: the job on a representative slice, end to end, on a throw-away target.
+
+Steps, each recorded in the rehearsal's ``steps``:
+
+1. plan the real spec (refused on a failed gate, as a run would be);
+2. make the throw-away spec: the same job under ``<name>-<tag>``, writing to
+   ``<target>_<tag>`` with its own quarantine table ``<namespace>.rewind_quarantine_<tag>``
+   (the real target and the real quarantine are never touched);
+3. slice the real plan's units (:mod:`rewind.core.slices`: a proportional share of every
+   partition in evenly spaced pieces over the window) and run them (:func:`rewind.job.runner.execute`,
+   with per-wave timings);
+4. verify the staging against the throw-away target (``{reference: {target: true}}``: an
+   absent target counts as empty), promote it onto the throw-away target, roll back;
+5. clean up: the run's staging, the throw-away target and quarantine tables, their files;
+6. measure the stages (:mod:`rewind.ops.stage_rates`), extrapolate time and cost to the full
+   plan (:mod:`rewind.job.cost` on the measured rates) and store it all in the ledger under
+   the real spec's fingerprint (:mod:`rewind.ledger.evidence`).
+
+A rehearsal *passes* when every step did. Its live groups' lag (``live_groups:``) is sampled
+by readiness, not here. Only Iceberg sinks are rehearsed for now (one line otherwise): the
+throw-away copy of a PostgreSQL or Kafka target needs its own cleanup, not written yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from rewind.core.console import QUIET, Console
+from rewind.core.slices import SliceError, slice_units
+from rewind.errors import RewindError
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
+    from rewind.job.plan import JobPlan
+    from rewind.spec import JobSpec
+
+
+SMALL_SLICE = 10_000
+"""Below this many records a slice's rates are mostly fixed costs (said in the result's notes)."""
+
+
+class RehearsalError(RewindError):
+    """A rehearsal cannot start (bad slice, unsupported sink, refused plan): one line."""
+
+
+def throwaway_spec(spec: JobSpec, tag: str) -> JobSpec:
+    """The same job under another name, target and quarantine, with the default verify."""
+    from rewind.spec import JobSpec
+
+    if spec.sink.iceberg is None:
+        raise RehearsalError(
+            f"rewind rehearse supports Iceberg sinks for now; spec {spec.name} writes to "
+            f"{spec.sink.kind} (rehearse it with an Iceberg sink of the same output)"
+        )
+    if spec.source.table is not None:
+        raise RehearsalError(
+            "rewind rehearse reads Kafka or history sources; a table source is not sliced yet"
+        )
+    data = json.loads(spec.model_dump_json(by_alias=True))
+    data["name"] = f"{spec.name[:54]}-{tag}"
+    table = spec.sink.iceberg.table
+    data["sink"]["iceberg"]["table"] = f"{table}_{tag}"
+    namespace = table.rpartition(".")[0]
+    data["quarantine"] = {"table": f"{namespace}.rewind_quarantine_{tag}"}
+    data["verify"] = None
+    data.pop("shadow", None)
+    return JobSpec.model_validate(data)
+
+
+def slice_plan(plan: JobPlan, spec: JobSpec, *, fraction: float | None, records: int | None) -> JobPlan:
+    """``plan`` (of the throw-away spec) cut down to its slice, under its own plan id."""
+    from rewind.job.plan import plan_id_of
+
+    try:
+        units = slice_units(plan.units, fraction=fraction, records=records)
+    except SliceError as exc:
+        raise RehearsalError(str(exc)) from None
+    return dataclasses.replace(
+        plan,
+        plan_id=plan_id_of(spec.fingerprint() + "/rehearsal", units),
+        units=units,
+        offsets=sum(u.end - u.start for u in units),
+    )
+
+
+def rehearse(
+    settings: Settings,
+    spec: JobSpec,
+    *,
+    fraction: float | None = None,
+    records: int | None = None,
+    console: Console = QUIET,
+) -> dict[str, Any]:
+    """Rehearse ``spec`` on a slice; returns (and stores) the rehearsal's record as a dict."""
+    from rewind.job.cost import cores_of, cost_estimate
+    from rewind.job.plan import build_plan
+    from rewind.job.runner import execute, start_run
+    from rewind.job.service import open_ledger
+    from rewind.ledger.evidence import EvidenceStore, new_rehearsal_id
+
+    try:  # bad input first, before any broker is asked
+        slice_units((), fraction=fraction, records=records)
+    except SliceError as exc:
+        raise RehearsalError(str(exc)) from None
+    rehearsal_id = new_rehearsal_id()
+    tag = "rh" + uuid.uuid4().hex[:6]
+    throw = throwaway_spec(spec, tag)
+    real = build_plan(settings, spec)
+    if not real.ok:
+        gate = real.failed_gates()[0]
+        raise RehearsalError(
+            f"plan {real.plan_id} refused by gate {gate.name}: {gate.detail}; nothing rehearsed"
+        )
+    plan = slice_plan(build_plan(settings, throw), throw, fraction=fraction, records=records)
+    steps: dict[str, Any] = {}
+    timings: list[dict[str, Any]] = []
+    run_id: str | None = None
+    details: dict[str, Any] = {
+        "tag": tag,
+        "spec_name": spec.name,
+        "throwaway": {
+            "name": throw.name,
+            "target": throw.sink.iceberg.table,  # type: ignore[union-attr]
+            "quarantine": throw.quarantine.table,
+        },
+        "slice": {
+            "fraction": fraction,
+            "records": records,
+            "offsets": plan.offsets,
+            "of_offsets": real.offsets,
+            "units": [u.to_dict() for u in plan.units],
+        },
+        "steps": steps,
+    }
+    ledger = open_ledger(settings)
+    started = time.monotonic()
+    error: str | None = None
+    try:
+        from rewind.job.components import make_sink
+
+        run_id = start_run(ledger, plan, make_sink(settings, throw).target)
+        details["run_id"] = run_id
+        outcome = execute(settings, ledger, plan, run_id, console=console, timings=timings)
+        steps["run"] = {
+            "ok": True,
+            "records_read": outcome.counts.records_read,
+            "seconds": round(outcome.seconds, 2),
+        }
+        details["counts"] = outcome.counts.to_dict()
+        _publish_steps(settings, run_id, steps)
+    except RewindError as exc:
+        error = str(exc).splitlines()[0]
+        steps.setdefault("run", {"ok": False, "error": error})
+    finally:
+        ledger.close()
+        steps["cleanup"] = _cleanup(settings, throw, run_id, tag)
+    details["seconds"] = round(time.monotonic() - started, 2)
+    details["timings"] = [
+        {k: round(v, 4) if isinstance(v, float) else v for k, v in t.items()} for t in timings
+    ]
+    if timings:
+        measured = _measure(settings, spec, plan, timings, cores_of(settings))
+        details.update(measured)
+        rates = {**measured["rates"], "rehearsal_id": rehearsal_id}
+        details["extrapolated"] = cost_estimate(settings, real.units, real.estimates, rates)
+        counts = details.get("counts") or {}
+        read = counts.get("records_read") or 0
+        details["quarantine_rates"] = (
+            {reason: round(n / read, 6) for reason, n in (counts.get("reasons") or {}).items()}
+            if read
+            else {}
+        )
+    if plan.offsets < SMALL_SLICE:
+        details["notes"] = [
+            f"the slice holds {plan.offsets:,} records: fixed costs (a consumer's start, a Spark "
+            f"job's start) dominate its rates; rehearse {SMALL_SLICE:,} or more for rates that "
+            "extrapolate"
+        ]
+    passed = error is None and all(step.get("ok") for step in steps.values())
+    details["error"] = error
+    with open_ledger(settings) as led:
+        stored = EvidenceStore(led.engine).save_rehearsal(
+            rehearsal_id,
+            fingerprint=spec.fingerprint(),
+            name=spec.name,
+            run_id=run_id,
+            passed=passed,
+            details=details,
+        )
+    return {"rehearsal_id": stored.id, "fingerprint": stored.fingerprint, "passed": passed, **details}
+
+
+def _publish_steps(settings: Settings, run_id: str, steps: dict[str, Any]) -> None:
+    """Verify, promote onto the throw-away target, roll back: each recorded; stops at a failure."""
+    from rewind.job.publish import promote_run, rollback_run
+    from rewind.spec.verify import Verify
+    from rewind.verify.service import default_report_path, verify_run
+
+    path = default_report_path(settings, run_id).with_suffix(".json")
+    report = verify_run(settings, run_id, path, verify=Verify())
+    steps["verify"] = {
+        "ok": bool(report["passed"]),
+        "failed": report["failed"],
+        "rows": report["rows"],
+        "report": str(path),
+    }
+    if not report["passed"]:
+        return
+    promoted = promote_run(settings, run_id)
+    steps["promote"] = {"ok": promoted["state"] == "promoted", "swap": promoted["swap"]}
+    rolled = rollback_run(settings, run_id)
+    steps["rollback"] = {"ok": rolled["state"] == "rolled_back", "swap": rolled["swap"]}
+
+
+def _cleanup(settings: Settings, throw: JobSpec, run_id: str | None, tag: str) -> dict[str, Any]:
+    """Drop the run's staging (``rewind cleanup``), then every table of the throw-away target's
+    and quarantine's namespaces whose name carries the rehearsal's tag (target, quarantine,
+    staging, scratch), and their files when the warehouse is a local folder."""
+    from rewind.catalog import load_catalog
+    from rewind.job.publish import cleanup_run
+
+    out: dict[str, Any] = {"ok": True, "dropped": [], "files": []}
+    catalog = load_catalog(settings)
+    namespaces = {n.rpartition(".")[0] for n in (throw.sink.iceberg.table, throw.quarantine.table) if n}  # type: ignore[union-attr]
+
+    def tagged() -> list[str]:
+        found = []
+        for ns in sorted(namespaces):
+            if catalog.namespace_exists(ns):
+                found += [".".join(t) for t in catalog.list_tables(ns) if tag in t[-1]]
+        return found
+
+    locations = [catalog.load_table(n).location() for n in tagged()]
+    if run_id is not None:
+        try:
+            out["staging"] = cleanup_run(settings, run_id)["cleanup"]
+        except RewindError as exc:
+            out["staging"] = {"error": str(exc).splitlines()[0]}
+    for name in tagged():
+        locations.append(catalog.load_table(name).location())
+        catalog.drop_table(name)
+        out["dropped"].append(name)
+    for location in dict.fromkeys(locations):
+        parsed = urlparse(location)
+        if parsed.scheme in ("", "file"):
+            shutil.rmtree(parsed.path, ignore_errors=True)
+            out["files"].append(location)
+    left = tagged()
+    if left:
+        out["ok"], out["left"] = False, left
+    return out
+
+
+def _measure(
+    settings: Settings, spec: JobSpec, plan: JobPlan, timings: list[dict[str, Any]], cores: int
+) -> dict[str, Any]:
+    """Stage rates, the bottleneck, quarantine rates and the rates the cost model uses."""
+    from rewind.ops.stage_rates import measure_stages
+
+    measured = measure_stages(settings.kafka_config(), spec, plan.units, timings)
+    records = sum(t["records"] for t in timings)
+    spark_s = sum(t["spark_s"] for t in timings)
+    units = sum(t["units"] for t in timings)
+    rates = {
+        "records_per_core_second": round(records / (spark_s * cores), 1) if spark_s > 0 else None,
+        "commit_s_per_unit": round(sum(t["commit_s"] for t in timings) / units, 4) if units else None,
+        "cores": cores,
+    }
+    return {**measured, "rates": rates}

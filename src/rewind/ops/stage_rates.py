@@ -1,0 +1,120 @@
+"""Per-stage rates of a rehearsal: what each stage of the pipeline does per second.
+
+Inside a Spark task read, decode, translate and write interleave batch by batch, so the run
+itself can only say how long its tasks took together (``spark_s``) and how long its commits
+took (``commit_s``, from :func:`rewind.job.runner.execute`'s ``timings``). To say which stage
+bounds the job, the driver re-runs the slice's first records (up to ``SAMPLE`` of its Kafka
+pieces) through each stage alone, on one core, timed separately:
+
+* ``read``: the bare consumer the tasks use (:func:`rewind.spark.kafka_fetch.fetch_ranges`);
+* ``decode``: the spec's decoder on those records;
+* ``translate``: :func:`rewind.translate.process.process_batch` less its decode (translate,
+  lineage, quarantine routing);
+* ``write``: the output rows into a Parquet file, as a task writes them;
+* ``commit``: the run's own commits (records committed per second of committing).
+
+Single-core rates are comparable with each other; the run's end-to-end rate (all cores, with
+Spark's overhead) is reported beside them as ``spark``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rewind.core.units import WorkUnit
+    from rewind.spec import JobSpec
+
+SAMPLE = 20_000
+STAGES = ("read", "decode", "translate", "write", "commit")
+
+
+def _rate(records: int, seconds: float) -> float | None:
+    return round(records / seconds, 1) if records and seconds > 0 else None
+
+
+def measure_stages(
+    conf: dict[str, Any], spec: JobSpec, units: tuple[WorkUnit, ...], timings: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Rates per stage (records/s), the bottleneck and what they were measured on."""
+    import pyarrow as pa
+
+    from rewind.core.parquet import open_writer
+    from rewind.core.ranges import OffsetRange
+    from rewind.spark.kafka_fetch import fetch_ranges
+    from rewind.translate.factory import make_decoder, make_translator, transform_name
+    from rewind.translate.process import ProcessContext, process_batch
+
+    stages: dict[str, dict[str, Any]] = {}
+    kafka = [u for u in units if u.source == "kafka"]
+    ranges, left, seen = [], SAMPLE, set()
+    for u in kafka:  # one piece per partition: the consumer reads distinct partitions at once
+        if left <= 0:
+            break
+        if (u.topic, u.partition) in seen:
+            continue
+        seen.add((u.topic, u.partition))
+        ranges.append(OffsetRange(u.topic, u.partition, u.start, min(u.end, u.start + left)))
+        left -= ranges[-1].size
+    if ranges:
+        t0 = time.monotonic()
+        batches = list(fetch_ranges(conf, ranges, poll_timeout_s=30))
+        read_s = time.monotonic() - t0
+        table = pa.Table.from_batches(batches) if batches else None
+        n = table.num_rows if table is not None else 0
+        stages["read"] = {"records": n, "seconds": round(read_s, 4), "rate": _rate(n, read_s)}
+        if table is not None and n:
+            decoder = make_decoder(spec.decode)
+            t0 = time.monotonic()
+            for b in table.to_batches():
+                decoder.decode(b)
+            decode_s = time.monotonic() - t0
+            translator = make_translator(spec.translate)
+            ctx = ProcessContext(
+                "rehearsal",
+                "stages",
+                transform_name(spec.translate),
+                spec.translate.version,
+                datetime.now(UTC),
+            )
+            t0 = time.monotonic()
+            result = process_batch(table, decoder, translator, spec.key, ctx)
+            process_s = time.monotonic() - t0
+            translate_s = max(process_s - decode_s, 1e-9)
+            stages["decode"] = {"records": n, "seconds": round(decode_s, 4), "rate": _rate(n, decode_s)}
+            stages["translate"] = {
+                "records": n,
+                "seconds": round(translate_s, 4),
+                "rate": _rate(n, translate_s),
+            }
+            with tempfile.TemporaryDirectory(prefix="rewind-rehearse-") as folder:
+                t0 = time.monotonic()
+                writer, _ = open_writer(f"file://{folder}", "stages", result.rows.schema)
+                writer.write_table(result.rows)
+                writer.close()
+                write_s = time.monotonic() - t0
+            stages["write"] = {
+                "records": n,
+                "rows": result.rows.num_rows,
+                "seconds": round(write_s, 4),
+                "rate": _rate(n, write_s),
+            }
+    committed = sum(t["records"] for t in timings)
+    commit_s = sum(t["commit_s"] for t in timings)
+    stages["commit"] = {
+        "records": committed,
+        "seconds": round(commit_s, 4),
+        "rate": _rate(committed, commit_s),
+    }
+    spark_s = sum(t["spark_s"] for t in timings)
+    rated = {k: v["rate"] for k, v in stages.items() if v.get("rate")}
+    bottleneck = min(rated, key=lambda k: rated[k]) if rated else None
+    return {
+        "stages": stages,
+        "bottleneck": bottleneck,
+        "spark": {"records": committed, "seconds": round(spark_s, 4), "rate": _rate(committed, spark_s)},
+        "units": sum(t["units"] for t in timings),
+    }
