@@ -185,6 +185,8 @@ class JobSpec(_Model):
                 got=self.translate.fold,
                 at=("translate", "fold"),
             )
+        if self.shadow is not None:
+            self._shadowable()
         if self.merge is not None:
             self._mergeable()
         if self.lineage is not None:
