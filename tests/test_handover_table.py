@@ -229,3 +229,15 @@ def test_processes_racing_on_one_row_never_both_own_an_offset(ledger: Ledger, ur
         tries = [t for kind, r, out in results if kind == "t" and r == rid for t in out]
         assert len(claims) == 80
         assert check_invariant(ledger, rid, claims, tries) is not None  # the jump to 1000 always wins
+
+
+def test_a_service_imports_the_library_without_spark_or_arrow() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rewind.reconsume; "
+        "print(sorted(m for m in ('pyspark', 'pyarrow', 'pandas', 'pyiceberg', 'py4j') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
