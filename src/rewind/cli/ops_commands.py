@@ -80,3 +80,34 @@ def _render_rehearsal(console: Console, d: dict[str, Any]) -> None:
         console.print("[bold]the full run[/]:")
         for line in describe(d["extrapolated"]):
             console.print(f"  {line}")
+
+
+@app.command()
+@command
+def readiness(
+    spec: Annotated[Path, typer.Argument(help="Job spec (YAML).")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Score the replay's risks: green on evidence, yellow configured, red unknown or failing."""
+    from rewind.ops.readiness import readiness as score
+    from rewind.spec import load_spec
+
+    card = score(_settings(), load_spec(spec))
+    out = output(json_out)
+    out.result(card, _render_readiness)
+    if not card["ready"]:
+        red = [a["area"] for a in card["areas"] if a["status"] == "red"]
+        out.failure(
+            f"readiness of {card['name']}: red {', '.join(red)}; "
+            "`rewind run` refuses it without --accept-risk"
+        )
+        raise typer.Exit(1)
+
+
+def _render_readiness(console: Console, d: dict[str, Any]) -> None:
+    colours = {"green": "green", "yellow": "yellow", "red": "red"}
+    console.print(f"[bold]readiness of {d['name']}[/] (plan {d['plan_id']})")
+    table = Table("area", "status", "detail", "evidence")
+    for a in d["areas"]:
+        table.add_row(a["area"], f"[{colours[a['status']]}]{a['status']}[/]", a["detail"], a["evidence"])
+    console.print(table)

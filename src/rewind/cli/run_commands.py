@@ -125,8 +125,14 @@ def _render_plan(console: Console, d: dict[str, Any]) -> None:
                 name, f"[{p['start']}, {p['end']})", f"{p['offsets']:,}", f"[{p['low']}, {p['high']})", how
             )
         console.print(table)
-    est = d["estimates"]
+    est = dict(d["estimates"])
+    cost = est.pop("cost", None)
     console.print(", ".join(f"{k}={v}" for k, v in est.items()))
+    if cost:
+        from rewind.core.cost import describe
+
+        for line in describe(cost):
+            console.print(f"  {line}")
     gates = Table("gate", "ok", "detail")
     for g in d["gates"]:
         gates.add_row(g["name"], "[green]yes[/]" if g["ok"] else "[red]NO[/]", g["detail"])
@@ -149,15 +155,26 @@ def run(
     json_out: JsonOpt = False,
     metrics_port: MetricsOpt = None,
     metrics_address: MetricsAddressOpt = None,
+    accept_risk: Annotated[
+        str | None,
+        typer.Option(
+            "--accept-risk",
+            help='Run although `rewind readiness` scores an area red; the reason is recorded.',
+        ),
+    ] = None,
 ) -> None:
-    """Plan if given a spec, then execute on Spark into staging."""
+    """Plan if given a spec, then execute on Spark into staging.
+
+    A spec is scored first (`rewind readiness`): a red area refuses the run unless --accept-risk."""
     from rewind.job.service import run_job
+    from rewind.ops.readiness import gate_run
     from rewind.spec import load_spec
 
     settings = _settings()
     target: Any = spec_or_plan if spec_or_plan.startswith("p-") and not Path(spec_or_plan).exists() else None
     if target is None:
         target = load_spec(Path(spec_or_plan))
+        gate_run(settings, target, accept_risk)
     with _run_console(settings, json_out, metrics_port, metrics_address) as console:
         outcome = run_job(settings, target, console=console)
     output(json_out).result(outcome.to_dict(), _render_outcome)
