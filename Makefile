@@ -15,6 +15,12 @@ $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
 	    || echo "chromium not installed: the report rendering test will be skipped" >&2; \
 	fi
+	@if { [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/prometheus-pushgateway ]; } && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's prometheus and prometheus-pushgateway (the metrics test scrapes a run with them)" >&2; \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-pushgateway \
+	    || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-pushgateway)) \
+	    || echo "prometheus not installed: the metrics test will be skipped" >&2; \
+	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[embedded,dev]'

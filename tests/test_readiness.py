@@ -67,7 +67,7 @@ def test_readiness_scores_on_evidence_and_gates_rewind_run(
     assert f"rehearsal {passed['rehearsal_id']}" in evidence["rollback"]
     assert f"doctor probe {probe}" in evidence["offset-control"]
     assert status["cost-boundary"] == "yellow"  # measured, but no guard bounds the run
-    # a guard and the measured rates: green (a new fingerprint has no rehearsal of its own)
+    # a guard makes a new fingerprint, whose rates nobody measured: still yellow until rehearsed
     guarded = parse_spec({**good, "guards": {"max_records": 1000}})
     assert _status(readiness(settings, guarded))["cost-boundary"] == "yellow"
 
@@ -102,3 +102,43 @@ def test_readiness_scores_on_evidence_and_gates_rewind_run(
     assert len(risks) == 1
     assert risks[0].details["reason"] == "duplicates are expected here"
     assert risks[0].details["red"] == ["storage-path"]
+
+
+def test_observability_is_green_only_with_metrics_and_measured_live_lag(
+    tmp_path: Path, bootstrap: str, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lag probes of live groups (what a rehearsal records after its slice); a group that does
+    not exist is recorded as not found and keeps observability yellow, saying so."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from rewind.ops.readiness import readiness
+    from rewind.ops.rehearse import _sample_live_lag
+    from rewind.spec import parse_spec
+
+    monkeypatch.setenv("REWIND_BOOTSTRAP_SERVERS", bootstrap)
+    monkeypatch.setenv("REWIND_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("REWIND_METRICS_PORT", "9464")
+    settings = load_settings()
+    conf = settings.kafka_config()
+    create_topic(conf, topic_name, 2)
+    jf.produce_orders(conf, topic_name, jf.order_events(100, 2))
+    group = f"live-{topic_name}"
+    consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    consumer.commit(
+        offsets=[TopicPartition(topic_name, 0, 40), TopicPartition(topic_name, 1, 50)], asynchronous=False
+    )
+    consumer.close()
+
+    spec = parse_spec(jf.order_spec("watched", topic_name, "obs.orders", key=[], live_groups=[group]))
+    before = {a["area"]: a for a in readiness(settings, spec)["areas"]}["observability"]
+    assert before["status"] == "yellow" and f"lag of {group} not measured" in before["detail"]
+    assert _sample_live_lag(settings, spec) == {group: {"lag": 10, "partitions": 2, "note": ""}}
+    after = {a["area"]: a for a in readiness(settings, spec)["areas"]}["observability"]
+    assert after["status"] == "green" and after["evidence"].startswith("lag probes ")
+
+    ghost = parse_spec(
+        jf.order_spec("watched", topic_name, "obs.orders", key=[], live_groups=["no-such-group"])
+    )
+    assert _sample_live_lag(settings, ghost)["no-such-group"]["lag"] is None
+    scored = {a["area"]: a for a in readiness(settings, ghost)["areas"]}["observability"]
+    assert scored["status"] == "yellow" and "no-such-group not found" in scored["detail"]

@@ -9,6 +9,7 @@ shown here (the command prints one JSON object at the end), metrics still are.
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import threading
@@ -18,6 +19,8 @@ from typing import Any
 
 from rewind.core.console import RunProgress
 from rewind.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 LINE_EVERY_S = 5.0
 """Progress lines (no terminal) are at most this far apart while updates come every second."""
@@ -37,8 +40,14 @@ class CliConsole:
         metrics_port: int | None = None,
         stream: Any = None,
         metrics_address: str = "127.0.0.1",
+        collector_for: Any = None,
     ) -> None:
+        """``collector_for(run_id)`` (optional) gives a prometheus-client collector registered
+        on ``/metrics`` once the run id is known (:class:`rewind.ops.metrics.RunCollector`)."""
         self.enabled = enabled
+        self.collector_for = collector_for
+        self.collector: Any = None
+        self.run_id: str | None = None
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.metrics_port = metrics_port
@@ -76,6 +85,8 @@ class CliConsole:
             self._rich.__exit__(*exc)
         if self.metrics is not None:
             self.metrics.close()
+        if self.collector is not None:
+            self.collector.close()
 
     def stage(self, name: str, description: str) -> None:
         """Stages are not shown: the plan printed them, the progress follows the waves."""
@@ -89,8 +100,15 @@ class CliConsole:
             )
 
     def run_started(self, p: RunProgress) -> None:
+        self.run_id = p.run_id
         if self.metrics is not None:
             self.metrics.update(p)
+            if self.collector_for is not None and self.collector is None:
+                try:  # a console must not fail the run: without it, the gauges above still answer
+                    self.collector = self.collector_for(p.run_id)
+                    self.metrics.registry.register(self.collector)
+                except Exception:
+                    log.warning("run %s: the per-partition metrics are off", p.run_id, exc_info=True)
         if self.enabled:
             done = f", {p.units_done} done already" if p.units_done else ""
             self._say(f"run {p.run_id}: {p.units_total} units{done}, {p.offsets_total:,} offsets planned")

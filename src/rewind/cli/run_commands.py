@@ -162,6 +162,10 @@ def run(
             help='Run although `rewind readiness` scores an area red; the reason is recorded.',
         ),
     ] = None,
+    pushgateway: Annotated[
+        str | None,
+        typer.Option("--pushgateway", help="Push the run's metrics to this Pushgateway when it ends (URL)."),
+    ] = None,
 ) -> None:
     """Plan if given a spec, then execute on Spark into staging.
 
@@ -175,9 +179,49 @@ def run(
     if target is None:
         target = load_spec(Path(spec_or_plan))
         gate_run(settings, target, accept_risk)
-    with _run_console(settings, json_out, metrics_port, metrics_address) as console:
-        outcome = run_job(settings, target, console=console)
+    timings: list[dict[str, Any]] = []
+    collector_for = _collector_for(settings, timings)
+    console = _run_console(settings, json_out, metrics_port, metrics_address, collector_for)
+    try:
+        with console:
+            outcome = run_job(settings, target, console=console, timings=timings)
+    finally:
+        if pushgateway and console.run_id:  # a failed run's counts are pushed too
+            _push(settings, console.run_id, pushgateway, timings)
     output(json_out).result(outcome.to_dict(), _render_outcome)
+
+
+def _push(settings: Settings, run_id: str, url: str, timings: list[dict[str, Any]]) -> None:
+    """Push the run's metrics; a failed push fails a run that succeeded (one line), and is only
+    logged under a run's own error (which stays the one reported)."""
+    import logging
+
+    from rewind.ops.metrics import MetricsPushError, push_run
+
+    try:
+        push_run(settings, run_id, url, timings)
+    except MetricsPushError:
+        if not _run_failed(settings, run_id):
+            raise
+        logging.getLogger(__name__).warning("metrics of run %s not pushed", run_id, exc_info=True)
+
+
+def _run_failed(settings: Settings, run_id: str) -> bool:
+    from rewind.job.service import open_ledger
+
+    with open_ledger(settings) as ledger:
+        return ledger.get_run(run_id).state != "succeeded"
+
+
+def _collector_for(settings: Settings, timings: list[dict[str, Any]]) -> Any:
+    """The run's Prometheus families on ``/metrics`` (:class:`rewind.ops.metrics.RunCollector`)."""
+
+    def make(run_id: str) -> Any:
+        from rewind.ops.metrics import RunCollector
+
+        return RunCollector(settings, run_id, timings)
+
+    return make
 
 
 @app.command()
@@ -207,7 +251,9 @@ def resume(
     output(json_out).result(outcome.to_dict(), _render_outcome)
 
 
-def _run_console(settings: Settings, json_out: bool, port: int | None, address: str | None) -> CliConsole:
+def _run_console(
+    settings: Settings, json_out: bool, port: int | None, address: str | None, collector_for: Any = None
+) -> CliConsole:
     """The console of a run: progress on stderr unless ``--json``; metrics when a port is given
     (the options win over the settings' ``metrics`` section)."""
     from rewind.progress import CliConsole
@@ -216,6 +262,7 @@ def _run_console(settings: Settings, json_out: bool, port: int | None, address: 
         enabled=not json_out,
         metrics_port=port or settings.metrics.port,
         metrics_address=address or settings.metrics.address,
+        collector_for=collector_for,
     )
 
 

@@ -83,8 +83,10 @@ def run_job(
     console: Console = QUIET,
     run_id: str | None = None,
     units_per_wave: int | None = None,
+    timings: list[dict[str, Any]] | None = None,
 ) -> RunOutcome:
-    """Plan (or load a stored plan by id), refuse on a failed gate, then execute."""
+    """Plan (or load a stored plan by id), refuse on a failed gate, then execute (``timings``:
+    see :func:`rewind.job.runner.execute`)."""
     from rewind.job.components import make_sink
 
     with _ledger(settings) as ledger:
@@ -99,7 +101,9 @@ def run_job(
         target = make_sink(settings, plan.job_spec()).target
         rid = start_run(ledger, plan, target, run_id)
         faults.point("after-plan")
-        return execute(settings, ledger, plan, rid, console=console, units_per_wave=units_per_wave)
+        return execute(
+            settings, ledger, plan, rid, console=console, units_per_wave=units_per_wave, timings=timings
+        )
 
 
 def resume_job(

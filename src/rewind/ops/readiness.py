@@ -213,7 +213,12 @@ def _observability(settings: Settings, groups: list[str], ev: Evidence) -> Score
     if not groups:
         parts.append("no live_groups named: live lag is not watched")
     elif unknown:
-        parts.append(f"lag of {', '.join(unknown)} not measured")
+        missing = [g for g in unknown if ev.lag.get(g) is not None]  # probed, group not found
+        if missing:
+            parts.append(f"live group(s) {', '.join(missing)} not found (check live_groups)")
+        never = [g for g in unknown if g not in missing]
+        if never:
+            parts.append(f"lag of {', '.join(never)} not measured (rehearse)")
     return Score("observability", "yellow", "; ".join(parts))
 
 

@@ -182,6 +182,7 @@ def rehearse(
             f"job's start) dominate its rates; rehearse {SMALL_SLICE:,} or more for rates that "
             "extrapolate"
         ]
+    details["live_lag"] = _sample_live_lag(settings, spec)
     passed = error is None and all(step.get("ok") for step in steps.values())
     details["error"] = error
     with open_ledger(settings) as led:
@@ -273,3 +274,30 @@ def _measure(
         "cores": cores,
     }
     return {**measured, "rates": rates}
+
+
+def _sample_live_lag(settings: Settings, spec: JobSpec) -> dict[str, Any]:
+    """The lag of the spec's live groups after the slice ran, each stored as a probe (readiness
+    evidence); a group that does not exist is recorded as not found (readiness: yellow)."""
+    from rewind.job.service import open_ledger
+    from rewind.ledger.evidence import EvidenceStore
+    from rewind.ops.metrics import group_lag
+    from rewind.ops.readiness import LIVE_LAG
+
+    out: dict[str, Any] = {}
+    groups = list(spec.live_groups or [])
+    if not groups:
+        return out
+    with open_ledger(settings) as ledger:
+        store = EvidenceStore(ledger.engine)
+        for group in groups:
+            try:
+                lag = group_lag(settings.kafka_config(), group)
+            except RewindError as exc:
+                lag, note = None, str(exc).splitlines()[0]
+            else:
+                note = "" if lag is not None else f"consumer group {group} not found (no committed offsets)"
+            facts = {"lag": sum(lag.values()) if lag else None, "partitions": len(lag or {}), "note": note}
+            store.record_probe(LIVE_LAG, group, lag is not None, facts)
+            out[group] = facts
+    return out

@@ -85,6 +85,14 @@ class JobSpec(_Model):
         description="Lineage columns beyond the source record's: the source system, the effective time.",
     )
     guards: Guards = Field(default_factory=lambda: Guards(), description="Limits of the run.")
+    live_groups: list[str] | None = Field(
+        default=None,
+        description=(
+            "Consumer groups of the live pipeline whose lag the run's metrics sample "
+            "(`rewind_live_group_lag`) beside the backfill's throughput; `rewind readiness` wants "
+            "their lag measured (docs/operations.md)."
+        ),
+    )
     run: RunSettings = Field(default_factory=lambda: RunSettings(), description="Work units and leases.")
     quarantine: Quarantine = Field(
         default_factory=lambda: Quarantine(), description="Where rejected records go."
