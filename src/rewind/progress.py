@@ -101,14 +101,15 @@ class CliConsole:
 
     def run_started(self, p: RunProgress) -> None:
         self.run_id = p.run_id
+        if self.collector_for is not None and self.collector is None:
+            try:  # a console must not fail the run: without it, the gauges below still answer
+                self.collector = self.collector_for(p.run_id)  # it samples live lag, scraped or not
+                if self.metrics is not None:
+                    self.metrics.registry.register(self.collector)
+            except Exception:
+                log.warning("run %s: the per-partition metrics are off", p.run_id, exc_info=True)
         if self.metrics is not None:
             self.metrics.update(p)
-            if self.collector_for is not None and self.collector is None:
-                try:  # a console must not fail the run: without it, the gauges above still answer
-                    self.collector = self.collector_for(p.run_id)
-                    self.metrics.registry.register(self.collector)
-                except Exception:
-                    log.warning("run %s: the per-partition metrics are off", p.run_id, exc_info=True)
         if self.enabled:
             done = f", {p.units_done} done already" if p.units_done else ""
             self._say(f"run {p.run_id}: {p.units_total} units{done}, {p.offsets_total:,} offsets planned")

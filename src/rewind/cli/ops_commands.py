@@ -111,3 +111,23 @@ def _render_readiness(console: Console, d: dict[str, Any]) -> None:
     for a in d["areas"]:
         table.add_row(a["area"], f"[{colours[a['status']]}]{a['status']}[/]", a["detail"], a["evidence"])
     console.print(table)
+
+
+@app.command()
+@command
+def report(
+    run_id: Annotated[str, typer.Argument(help="The run.")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Where the HTML goes (default <state>/reports/<run>-report.html)."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """One self-contained HTML page of a run: plan, readiness, progress and lag, quarantine, verify, audit."""
+    from rewind.ops.run_report import write
+
+    data, path = write(_settings(), run_id, out)
+    output(json_out).result(
+        {**data, "report": str(path)},
+        lambda console, d: console.print(f"report of {run_id}: {d['report']}"),
+    )

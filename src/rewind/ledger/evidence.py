@@ -137,3 +137,11 @@ class EvidenceStore:
         with self.engine.begin() as conn:
             row = conn.execute(query).first()
         return None if row is None else _probe(row._mapping)
+
+    def probes(self, kind: str, subject: str | None = None) -> list[ProbeRecord]:
+        """Probes of a kind (and subject), oldest first."""
+        query = select(probes).where(probes.c.kind == kind).order_by(probes.c.id)
+        if subject is not None:
+            query = query.where(probes.c.subject == subject)
+        with self.engine.begin() as conn:
+            return [_probe(r._mapping) for r in conn.execute(query)]

@@ -23,12 +23,15 @@ Families (``_total`` counters; labels ``job`` = the spec's name, ``run`` = the r
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -66,8 +69,24 @@ class RunCollector:
         self._lag: dict[str, dict[tuple[str, int], int] | None] = {}
         self._lag_at = -float("inf")
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        if self.live_groups:  # sampled while the run lives, scraped or not (the report charts it)
+            self._sampler = threading.Thread(target=self._sample_loop, name=f"lag-{run_id}", daemon=True)
+            self._sampler.start()
+
+    def _sample_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample_lag(force=True)
+            except Exception:  # a broker hiccup must not end the sampling (nor the run)
+                log.warning("live lag of run %s not sampled", self.run_id, exc_info=True)
+            self._stop.wait(LAG_EVERY_S)
 
     def close(self) -> None:
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join(timeout=LAG_EVERY_S + 10)
         self.ledger.close()
 
     def sample_lag(self, force: bool = False) -> dict[str, dict[tuple[str, int], int] | None]:
@@ -76,7 +95,19 @@ class RunCollector:
                 conf = self.settings.kafka_config()
                 self._lag = {g: group_lag(conf, g) for g in self.live_groups}
                 self._lag_at = time.monotonic()
+                self._record_lag()
             return dict(self._lag)
+
+    def _record_lag(self) -> None:
+        """Each sample into the ledger (``live-lag`` probes naming the run): the run report's lag
+        chart, and readiness evidence that the groups' lag was measured."""
+        from rewind.ledger.evidence import EvidenceStore
+        from rewind.ops.readiness import LIVE_LAG
+
+        store = EvidenceStore(self.ledger.engine)
+        for group, parts in self._lag.items():
+            lag = None if parts is None else sum(parts.values())
+            store.record_probe(LIVE_LAG, group, parts is not None, {"run": self.run_id, "lag": lag})
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
