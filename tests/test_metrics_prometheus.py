@@ -237,3 +237,24 @@ def test_the_grafana_dashboard_queries_only_metrics_rewind_exports() -> None:
     }
     assert used and used <= exported, used - exported
     assert {"rewind_records_read_total", "rewind_live_group_lag_sum"} <= used
+
+
+class _Staging:
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": "pushed.orders"}
+
+
+def test_a_pushgateway_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
+    """No broker, no Spark: a run recorded in the ledger, pushed to a port nobody listens on."""
+    from rewind.ops.metrics import MetricsPushError, push_run
+
+    settings = load_settings(env={"REWIND_STATE_DIR": str(tmp_path / "state")}, cwd=tmp_path)
+    jf.record_finished_run(
+        settings, jf.order_spec("pushed", "t", "pushed.orders"), "pushed.orders", "r-1", _Staging()
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(MetricsPushError) as caught:
+        push_run(settings, "r-1", url)
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1
+    assert message.startswith(f"--pushgateway {url}: ") and "rewind show r-1" in message

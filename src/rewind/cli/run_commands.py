@@ -239,6 +239,10 @@ def resume(
             "(it must be the run's spec but for them).",
         ),
     ] = None,
+    pushgateway: Annotated[
+        str | None,
+        typer.Option("--pushgateway", help="Push the run's metrics to this Pushgateway when it ends (URL)."),
+    ] = None,
 ) -> None:
     """Finish an interrupted or failed run; only unfinished units are redone."""
     from rewind.job.service import resume_job
@@ -246,8 +250,15 @@ def resume(
 
     settings = _settings()
     original = load_spec(spec) if spec is not None else None
-    with _run_console(settings, json_out, metrics_port, metrics_address) as console:
-        outcome = resume_job(settings, run_id, console=console, spec=original)
+    timings: list[dict[str, Any]] = []
+    collector_for = _collector_for(settings, timings)
+    console = _run_console(settings, json_out, metrics_port, metrics_address, collector_for)
+    try:
+        with console:
+            outcome = resume_job(settings, run_id, console=console, spec=original, timings=timings)
+    finally:
+        if pushgateway and console.run_id:
+            _push(settings, console.run_id, pushgateway, timings)
     output(json_out).result(outcome.to_dict(), _render_outcome)
 
 

@@ -113,6 +113,7 @@ def resume_job(
     console: Console = QUIET,
     units_per_wave: int | None = None,
     spec: JobSpec | None = None,
+    timings: list[dict[str, Any]] | None = None,
 ) -> RunOutcome:
     """Finish an interrupted or failed run: only units not yet committed are redone.
 
@@ -126,7 +127,9 @@ def resume_job(
         plan = usable_plan(settings, ledger, run.plan_id, spec=spec, how=how)
         _check_broker(settings, plan)
         ledger.audit(run_id, "resume", {"from_state": run.state})
-        return execute(settings, ledger, plan, run_id, console=console, units_per_wave=units_per_wave)
+        return execute(
+            settings, ledger, plan, run_id, console=console, units_per_wave=units_per_wave, timings=timings
+        )
 
 
 def _check_broker(settings: Settings, plan: JobPlan) -> None:
