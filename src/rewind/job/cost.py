@@ -64,11 +64,15 @@ def cost_estimate(
 
 def rehearsed_rates(settings: Settings, fingerprint: str) -> dict[str, Any] | None:
     """The measured rates of the last passed rehearsal of this fingerprint, if any."""
+    from rewind.errors import RewindError
     from rewind.ledger import Ledger
     from rewind.ledger.evidence import EvidenceStore
 
-    with Ledger.open(settings.ledger) as ledger:
-        found = EvidenceStore(ledger.engine).latest_passed(fingerprint)
+    try:
+        with Ledger.open(settings.ledger) as ledger:
+            found = EvidenceStore(ledger.engine).latest_passed(fingerprint)
+    except RewindError:  # a plan's estimate must not fail for want of a ledger: the default rate
+        return None
     if found is None or not (found.details.get("rates") or {}).get("records_per_core_second"):
         return None
     return {**found.details["rates"], "rehearsal_id": found.id}
