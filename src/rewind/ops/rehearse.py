@@ -183,6 +183,11 @@ def rehearse(
             "extrapolate"
         ]
     details["live_lag"] = _sample_live_lag(settings, spec)
+    missing = [g for g, facts in details["live_lag"].items() if facts["lag"] is None]
+    if missing:  # a warning, not a failure: readiness scores observability yellow for it
+        details.setdefault("notes", []).append(
+            f"live group(s) {', '.join(missing)} not found (no committed offsets): check live_groups"
+        )
     passed = error is None and all(step.get("ok") for step in steps.values())
     details["error"] = error
     with open_ledger(settings) as led:
