@@ -128,7 +128,7 @@ def render(data: dict[str, Any]) -> str:
                     run["rows_out"],
                     run["quarantined"],
                     run["filtered"],
-                    ", ".join(f"{n} {state}" for state, n in sorted(run['units_by_state'].items())),
+                    ", ".join(f"{n} {state}" for state, n in sorted(run["units_by_state"].items())),
                 ]
             ],
         ),
