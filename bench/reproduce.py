@@ -223,7 +223,7 @@ def bare_script(conf: dict[str, Any], topic: str, source: dict[str, Any]) -> flo
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--ranges", type=int, default=8, help="key ranges (work units, Spark tasks)")
+    parser.add_argument("--ranges", type=int, help="key ranges (work units); default: the plan's")
     parser.add_argument("--postgres", help="read from this PostgreSQL database instead of SQLite")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
@@ -244,12 +244,13 @@ def main() -> None:
             source = {"postgres": {"url": fill_postgres(args.postgres, n), "table": "bench_accounts"}}
         else:
             source = {"sqlite": {"url": fill_sqlite(tmp / "accounts.db", n), "table": "accounts"}}
+        ranges = {"key_ranges": args.ranges} if args.ranges else {}
         topic = f"bench-accounts-{uuid.uuid4().hex[:6]}"
         create_topic(conf, topic, PARTITIONS)
         spec = parse_spec(
             {
                 "name": "bench-reproduce",
-                "source": {"table": {**source, "key": "id", "where": "TRUE", "key_ranges": args.ranges}},
+                "source": {"table": {**source, "key": "id", "where": "TRUE", **ranges}},
                 "decode": "rows",
                 "translate": {"function": "bench.reproduce_translate:account_state", "version": "1"},
                 "key": ["account_id"],
@@ -259,6 +260,7 @@ def main() -> None:
         session(settings)  # the Spark session's first start is not part of a run's rate
         plan = plan_job(settings, spec)
         assert plan.ok, plan.failed_gates()
+        units = len(plan.units)
         waves = _WaveClock()
         t0 = time.perf_counter()
         outcome = run_job(settings, spec, console=waves)
@@ -280,7 +282,7 @@ def main() -> None:
         script_rate = bare_script(conf, scripted, source)
 
     ratio = rewind_rate / bare_rate
-    print(f"# {stamp()}  {machine()}  {n:,} rows, {PARTITIONS} partitions, {args.ranges} key ranges")
+    print(f"# {stamp()}  {machine()}  {n:,} rows, {PARTITIONS} partitions, {units} key ranges")
     label = "(a) re-produce (rewind run of a table source)"
     print(f"{label:50s} {rewind_rate:>12,.0f} rows/s  ({run_seconds:.1f} s)")
     print(f"{'(b) bare confluent-kafka produce loop':50s} {bare_rate:>12,.0f} rows/s")
@@ -296,7 +298,7 @@ def main() -> None:
                     "at": stamp(),
                     "machine": machine(),
                     "rows": n,
-                    "ranges": args.ranges,
+                    "ranges": units,
                     "reproduce_rows_per_s": round(rewind_rate),
                     "bare_rows_per_s": round(bare_rate),
                     "bare_transactional_rows_per_s": round(bare_txn_rate),
