@@ -14,6 +14,7 @@ from rewind.cli.app import app
 from rewind.cli import stack_commands, run_commands, verify_commands, history_commands, groups_commands
 from rewind.cli import reconsume_commands
 from rewind.cli import shadow_commands
+from rewind.cli import quarantine_commands
 from rewind.cli import ops_commands
 # isort: on
 
@@ -27,6 +28,7 @@ _COMMANDS = (  # registered on import
     groups_commands,
     reconsume_commands,
     shadow_commands,
+    quarantine_commands,
     ops_commands,
 )
 

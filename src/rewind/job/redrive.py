@@ -1,0 +1,243 @@
+"""Quarantine re-drive: the records a run quarantined, processed again after a translate fix.
+
+``rewind quarantine list RUN`` shows what a run quarantined, by reason and record;
+``rewind quarantine redrive RUN [--reason R] [--translate-version V]`` re-processes them into
+the run's own staging, exactly once:
+
+1. the candidates are the run's quarantined source records (the latest entry per record;
+   rows routed by a merge policy are output rows, not records, and stay), those whose latest
+   reason contains ``R`` if given, and none a committed re-drive already emitted;
+2. the re-drive's id is a digest of the version and the records, and it is the unit id of its
+   commits: a re-drive the sink holds already is reported, not done again (a second call after
+   a crash commits nothing twice);
+3. each record is rebuilt from its quarantined bytes (they are the Kafka record's) and goes
+   through the same :func:`rewind.translate.process.process_batch` as a run, with the spec's
+   translate at version ``V`` (a new version gives new event ids); rows carry
+   ``_rewind_run_id = <run>/<re-drive id>``, which names the re-drive in their lineage;
+4. records that fail again are quarantined under the re-drive's unit with their new reason;
+   then the rows are committed to staging with the re-drive's counts (one sink transaction);
+5. the ledger's audit gets a ``redrive`` entry with the counts (read, emitted, quarantined
+   again, filtered: the conservation law, checked before anything is written).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rewind.core.counts import UNIT_COUNTS_KEY
+from rewind.core.parquet import write_parquet
+from rewind.errors import RewindError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rewind.config import Settings
+
+log = logging.getLogger(__name__)
+
+REDRIVE_PREFIX = "redrive-"
+"""Unit ids of re-drives (in the sink's and the quarantine's bookkeeping)."""
+NOT_RECORDS = ("merge",)
+"""Quarantine stages whose rows are output rows, not source records: never re-driven."""
+
+
+class RedriveError(RewindError):
+    """A re-drive that cannot go ahead (one line, nothing written)."""
+
+
+def _context(settings: Settings, run_id: str) -> tuple[Any, Any, Any, Any]:
+    """The run, its spec (secrets restored), its sink and staging."""
+    from rewind.job.components import make_sink
+    from rewind.job.service import open_ledger, usable_plan
+
+    with open_ledger(settings) as ledger:
+        run = ledger.get_run(run_id)
+        plan = usable_plan(settings, ledger, run.plan_id, needed=("sink",))
+    spec = plan.job_spec()
+    if not run.staging:
+        raise RedriveError(f"run {run_id} has no staging; there is nothing to re-drive into")
+    sink = make_sink(settings, spec)
+    return run, spec, sink, sink.staging_from_dict(run.staging)
+
+
+def _quarantine_rows(settings: Settings, table: str, run_id: str) -> pa.Table:
+    import pyiceberg.expressions as e
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from rewind.catalog import load_catalog
+
+    try:
+        q = load_catalog(settings).load_table(table)
+    except NoSuchTableError:
+        from rewind.translate.quarantine import QUARANTINE_SCHEMA
+
+        return QUARANTINE_SCHEMA.empty_table()
+    eq: Any = e.EqualTo  # pyiceberg's pydantic signatures hide the positional form from mypy
+    return q.scan(row_filter=eq("run_id", run_id)).to_arrow()
+
+
+def list_quarantine(settings: Settings, run_id: str, reason: str | None = None) -> dict[str, Any]:
+    """The run's quarantined records: counts by stage and reason, and each record's latest entry."""
+    _, spec, sink, staging = _context(settings, run_id)
+    try:
+        resolved = _resolved(sink.committed_counts(staging, run_id))
+    finally:
+        sink.close()
+    latest = _latest(_quarantine_rows(settings, spec.quarantine.table, run_id), reason, resolved)
+    by_reason: dict[str, int] = {}
+    for r in latest:
+        label = f"{r['stage']}: {r['reason']}"
+        by_reason[label] = by_reason.get(label, 0) + 1
+    return {
+        "run_id": run_id,
+        "quarantine_table": spec.quarantine.table,
+        "records": len(latest),
+        "by_reason": dict(sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "entries": [
+            {
+                "topic": r["topic"],
+                "partition": r["partition"],
+                "offset": r["offset"],
+                "stage": r["stage"],
+                "reason": r["reason"],
+                "unit_id": r["unit_id"],
+            }
+            for r in latest
+        ],
+    }
+
+
+def _resolved(committed: dict[str, dict[str, Any]]) -> dict[tuple[str, int, int], str]:
+    """Records a committed re-drive processed (recorded with its counts, in the same sink
+    transaction as its rows), by the re-drive that did."""
+    out: dict[tuple[str, int, int], str] = {}
+    for unit, counts in committed.items():
+        if unit.startswith(REDRIVE_PREFIX):
+            for topic, partition, offset in counts.get("redriven") or []:
+                out[(str(topic), int(partition), int(offset))] = unit
+    return out
+
+
+def _latest(
+    rows: pa.Table, reason: str | None, resolved: dict[tuple[str, int, int], str]
+) -> list[dict[str, Any]]:
+    """One entry per quarantined source record still in quarantine, its latest (a record a
+    committed re-drive processed is out, unless that re-drive quarantined it again); a reason
+    filter applies to the latest entry."""
+    out: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for r in sorted(rows.to_pylist(), key=lambda r: (r["at"], r["unit_id"].startswith(REDRIVE_PREFIX))):
+        if r["stage"] in NOT_RECORDS:
+            continue
+        out[(r["topic"], r["partition"], r["offset"])] = r
+    latest = [out[k] for k in sorted(out) if k not in resolved or out[k]["unit_id"] == resolved[k]]
+    if reason is not None:
+        latest = [r for r in latest if reason in f"{r['stage']}: {r['reason']}"]
+    return latest
+
+
+def redrive(
+    settings: Settings, run_id: str, reason: str | None = None, translate_version: str | None = None
+) -> dict[str, Any]:
+    """Re-process the run's quarantined records into its staging, once (steps in the module
+    docstring); returns what was done."""
+    import pyarrow as pa
+
+    from rewind.job.runner import _quarantine
+    from rewind.job.service import open_ledger
+    from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
+    from rewind.translate.process import ProcessContext, process_batch
+
+    run, spec, sink, staging = _context(settings, run_id)
+    try:
+        if run.state not in ("succeeded", "rolled_back"):
+            raise RedriveError(
+                f"run {run_id} is {run.state}; a re-drive writes into a staging that is complete and not "
+                "live: a succeeded (or rolled back) run; resume or roll back first"
+            )
+        if spec.source.table is not None or spec.sink.kafka is not None:
+            raise RedriveError(
+                f"run {run_id} writes to Kafka; re-drive needs a table staging (Iceberg or SQL)"
+            )
+        if translate_version is not None:
+            fixed = spec.translate.model_copy(update={"version": translate_version})
+            spec = spec.model_copy(update={"translate": fixed})
+        committed = sink.committed_counts(staging, run_id)
+        done_units = set(committed)
+        version = spec.translate.version
+        tried = f"{REDRIVE_PREFIX}{version}-"  # records this version failed on already stay
+        quarantined = _quarantine_rows(settings, spec.quarantine.table, run_id)
+        entries = _latest(quarantined, reason, _resolved(committed))
+        # failed again under this version in a re-drive the sink holds: not again (a crash
+        # between its quarantine and sink commits leaves them candidates, and the same id)
+        latest = [r for r in entries if not (r["unit_id"].startswith(tried) and r["unit_id"] in done_units)]
+        digest = hashlib.sha256(
+            json.dumps([version, [[r["topic"], r["partition"], r["offset"]] for r in latest]]).encode()
+        ).hexdigest()[:12]
+        unit_id = f"{tried}{digest}"
+        out: dict[str, Any] = {"run_id": run_id, "redrive": unit_id, "version": version, "reason": reason}
+        if unit_id in done_units:
+            return {**out, "already_done": True, **_recorded(sink, staging, run_id, unit_id)}
+        if not latest:
+            none = dict.fromkeys(("records_read", "emitted", "quarantined", "filtered", "rows_out"), 0)
+            return {**out, "already_done": False, **none, "note": "no quarantined record to re-drive"}
+        batch = pa.table(
+            {
+                "key": pa.array([r["key"] for r in latest], pa.binary()),
+                "value": pa.array([r["value"] for r in latest], pa.binary()),
+                "topic": pa.array([r["topic"] for r in latest], pa.string()),
+                "partition": pa.array([r["partition"] for r in latest], pa.int32()),
+                "offset": pa.array([r["offset"] for r in latest], pa.int64()),
+                "timestamp": pa.array([r["timestamp"] for r in latest], pa.timestamp("us", tz="UTC")),
+                "timestampType": pa.array([0] * len(latest), pa.int32()),
+            }
+        )
+        ctx = ProcessContext(
+            f"{run_id}/{unit_id}", unit_id, transform_name(spec.translate), version, datetime.now(UTC)
+        )
+        from rewind.core.arrow import schema_from_b64
+        from rewind.job.service import load_plan
+
+        with open_ledger(settings) as ledger:
+            schema = schema_from_b64(load_plan(ledger, run.plan_id).output_schema_b64)
+        user_schema = pa.schema([f for f in schema if not f.name.startswith("_rewind_")])
+        result = process_batch(
+            batch,
+            make_decoder(spec.decode),
+            make_translator(spec.translate),
+            spec.key,
+            ctx,
+            output_schema=user_schema,
+            **lineage_options(spec),
+        )
+        result.counts.check(unit_id, "re-drive")
+        # the quarantine rows of a re-drive name the run (so `list` and later re-drives see them)
+        named = pa.array([run_id] * result.quarantine.num_rows, pa.string())
+        quarantine = result.quarantine.set_column(0, result.quarantine.schema.field(0), named)
+        qsink, qstaging = _quarantine(settings, spec.quarantine.table, run_id)
+        if quarantine.num_rows and unit_id not in qsink.committed_units(qstaging, run_id):
+            qfile = write_parquet(qsink.data_folder(qstaging), quarantine, unit_id)
+            qsink.commit(qstaging, run_id, [unit_id], [qfile])
+        rows = result.rows.select(schema.names).cast(schema)
+        files = [write_parquet(sink.data_folder(staging), rows, unit_id)] if rows.num_rows else []
+        counts = result.counts.to_dict()
+        redriven = [[r["topic"], r["partition"], r["offset"]] for r in latest]
+        extra = {UNIT_COUNTS_KEY: json.dumps({unit_id: {**counts, "redriven": redriven}})}
+        sink.commit(staging, run_id, [unit_id], files, extra=extra)
+        with open_ledger(settings) as ledger:
+            details = {"redrive": unit_id, "version": version, "reason": reason, **counts}
+            ledger.audit(run_id, "redrive", details)
+        log.info("run %s: re-drive %s %s", run_id, unit_id, counts)
+        return {**out, "already_done": False, **counts}
+    finally:
+        sink.close()
+
+
+def _recorded(sink: Any, staging: Any, run_id: str, unit_id: str) -> dict[str, Any]:
+    counts: dict[str, Any] = dict(sink.committed_counts(staging, run_id).get(unit_id) or {})
+    counts.pop("redriven", None)
+    return counts
+
