@@ -30,6 +30,7 @@ from rewind.translate.decoder import (
 )
 from rewind.translate.exceptions import DecoderConfigError
 from rewind.translate.failures import Failure
+from rewind.translate.json_bulk import bulk_decode
 
 _STDLIB_JSON_DECODE = json.JSONDecoder().decode
 _NOT_PARSED = object()
@@ -235,6 +236,15 @@ class JsonDecoder(Decoder):
 
     def decode(self, batch: pa.RecordBatch) -> Decoded:
         batch = as_batch(batch)
+        if not _has_long_digits(batch):  # Arrow would round an integer beyond 64 bits
+            bulk = bulk_decode(batch, self.schema, self.null_value == "quarantine", cast_columns)
+            if bulk is not None:
+                return bulk
+        return self.decode_each(batch)
+
+    def decode_each(self, batch: pa.RecordBatch) -> Decoded:
+        """Decode record by record (the path for batches the bulk reader cannot take)."""
+        batch = as_batch(batch)
         failures: list[Failure] = []
         skipped: list[int] = []
         rows: list[int] = []
@@ -328,39 +338,61 @@ class JsonDecoder(Decoder):
     def _schema_columns(
         schema: dict[str, str], rows: list[int], objs: list[dict[str, Any]], failures: list[Failure]
     ) -> tuple[dict[str, Any], list[int]]:
-        raw: dict[str, list[Any]] = {}
-        bad: dict[int, Failure] = {}  # position in objs → first failing field (schema order)
-        for name, type_name in schema.items():
-            cast = _JSON_TYPES[type_name][0]
-            values = [o.get(name) for o in objs]
-            try:
-                raw[name] = [None if v is None else cast(v) for v in values]
+        return cast_columns(schema, rows, lambda name: [o.get(name) for o in objs], failures, {})
+
+
+def cast_columns(
+    schema: dict[str, str],
+    rows: list[int],
+    values_of: Callable[[str], list[Any]],
+    failures: list[Failure],
+    ready: Mapping[str, Any],
+) -> tuple[dict[str, Any], list[int]]:
+    """The schema's columns cast value by value, except those already typed in ``ready``.
+
+    A record whose field cannot be cast is a failure naming its first failing field (schema
+    order) and is dropped from every column; ``values_of(name)`` gives a field's values in
+    record order (None where missing).
+    """
+    raw: dict[str, list[Any]] = {}
+    bad: dict[int, Failure] = {}  # position in the batch's records → first failing field
+    for name, type_name in schema.items():
+        if name in ready:
+            continue
+        cast = _JSON_TYPES[type_name][0]
+        values = values_of(name)
+        try:
+            raw[name] = [None if v is None else cast(v) for v in values]
+            continue
+        except Exception:
+            pass
+        out: list[Any] = []
+        for j, v in enumerate(values):
+            if v is None:
+                out.append(None)
                 continue
+            try:
+                out.append(cast(v))
             except Exception:
-                pass
-            out: list[Any] = []
-            for j, v in enumerate(values):
-                if v is None:
-                    out.append(None)
-                    continue
-                try:
-                    out.append(cast(v))
-                except Exception:
-                    out.append(None)
-                    if j not in bad:
-                        bad[j] = Failure(
-                            rows[j],
-                            "decode",
-                            f"field {name!r}: cannot cast {describe_value(v)} to {type_name}",
-                            f"cast failed: {name}",
-                        )
-            raw[name] = out
-        if bad:
-            failures.extend(bad.values())
-            keep = [j for j in range(len(objs)) if j not in bad]
-            rows = [rows[j] for j in keep]
-            raw = {name: [col[j] for j in keep] for name, col in raw.items()}
-        fields = {
-            name: typed_column(raw[name], _JSON_TYPES[t][1], flat=t != "json") for name, t in schema.items()
-        }
-        return fields, rows
+                out.append(None)
+                if j not in bad:
+                    bad[j] = Failure(
+                        rows[j],
+                        "decode",
+                        f"field {name!r}: cannot cast {describe_value(v)} to {type_name}",
+                        f"cast failed: {name}",
+                    )
+        raw[name] = out
+    typed = dict(ready)
+    if bad:
+        failures.extend(bad.values())
+        keep = [j for j in range(len(rows)) if j not in bad]
+        rows = [rows[j] for j in keep]
+        raw = {name: [col[j] for j in keep] for name, col in raw.items()}
+        take = np.asarray(keep, dtype=np.int64)
+        typed = {name: col[take] for name, col in typed.items()}
+    fields = {
+        name: typed[name] if name in typed else typed_column(raw[name], _JSON_TYPES[t][1], flat=t != "json")
+        for name, t in schema.items()
+    }
+    return fields, rows
