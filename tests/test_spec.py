@@ -398,8 +398,8 @@ def test_more_errors_are_counted() -> None:
     [
         (
             "nmae",
-            "name, description, source, decode, translate, key, sink, merge, lineage, guards, run, quarantine, "
-            "verify, shadow",
+            "name, description, source, decode, translate, key, sink, merge, lineage, guards, "
+            "live_groups, run, quarantine, verify, shadow",
         ),
         ("source.kafak", "kafka, history, table"),
         ("source.kafka.topic", "topics, from, to, declared_log_start"),
