@@ -107,8 +107,8 @@ def test_the_specs_avro_fields_are_checked_in_one_line(
     assert str(err.value).startswith(f"spec.yaml: {message}") and "\n" not in str(err.value)
 
 
-def test_a_table_source_is_refused_until_its_re_produce_writes_avro() -> None:
-    """A re-produce writes each unit in its own transaction and JSON values: not silently JSON."""
+def test_a_table_source_writes_avro_with_its_own_schema_folder() -> None:
+    """A re-produce decodes rows, so nothing lends a schema: sink.kafka names its folder."""
     from rewind.errors import SpecError
     from rewind.spec import parse_spec
 
@@ -116,15 +116,21 @@ def test_a_table_source_is_refused_until_its_re_produce_writes_avro() -> None:
     data = {
         "name": "reproduce",
         "source": {"table": table},
-        "decode": "json",
-        "translate": {"function": "tests.avro_fixtures:order_fields", "version": "1"},
+        "decode": "rows",
+        "translate": {"function": "tests.reproduce_fixtures:account_state", "version": "1"},
         "sink": {"kafka": {"topic": "accounts", "encode": "avro", "schema_dir": "s"}},
     }
+    spec = parse_spec(data, "spec.yaml")
+    assert spec.sink.kafka is not None and (spec.sink.kafka.encode, spec.sink.kafka.schema_dir) == (
+        "avro",
+        "s",
+    )
+    data["sink"] = {"kafka": {"topic": "accounts", "encode": "avro"}}
     with pytest.raises(SpecError) as err:
         parse_spec(data, "spec.yaml")
     assert str(err.value) == (
-        "spec.yaml: sink.kafka.encode: not yet for a table source (got 'avro'); a re-produce from a table "
-        "writes JSON values: remove encode or read a Kafka source"
+        "spec.yaml: sink.kafka.encode: needs a schema folder or a registry (got 'avro'); give "
+        "sink.kafka.schema_dir or sink.kafka.registry_url (decode: avro lends its own)"
     )
 
 

@@ -374,14 +374,6 @@ class JobSpec(_Model):
         kafka = self.sink.kafka
         if kafka is None or kafka.encode != "avro":
             return
-        if self.source.table is not None:
-            # a re-produce writes each unit in its own transaction (unit_writer), which writes JSON
-            raise _Bad(
-                "not yet for a table source",
-                "a re-produce from a table writes JSON values: remove encode or read a Kafka source",
-                got="avro",
-                at=("sink", "kafka", "encode"),
-            )
         if kafka.schema_dir is None and kafka.registry_url is None:
             if self.decode.schema_dir is not None:
                 _fill(kafka, "schema_dir", self.decode.schema_dir)
