@@ -32,6 +32,7 @@ quarantine files: :mod:`rewind.job.reproduce` says in which order and why.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -217,7 +218,7 @@ def execute(
                     else:
                         _run_wave(
                             settings, ledger, plan, run_id, wave,
-                            unit_sink, unit_staging, qsink, qstaging, run.done_q, live, timings,
+                            unit_sink, unit_staging, qsink, qstaging, run.done_q, live, timings, run.latest,
                         )
                     run.waves += 1
                     run.pending -= {u.id for u in wave}
@@ -271,6 +272,7 @@ class _RunContext:
     waves: int = 0
     folded: dict[str, Any] | None = None
     merged: dict[str, int] | None = None
+    latest: dict[str, Any] = field(default_factory=dict)
 
     def unit_target(self, sink: StagingSink[Any]) -> tuple[StagingSink[Any], Staging]:
         if self.parts is not None:
@@ -449,9 +451,11 @@ def _run_wave(
     done_q: set[str],
     live: LiveProgress,
     timings: list[dict[str, Any]] | None = None,
+    latest: dict[str, Any] | None = None,
 ) -> None:
     """Step 5 for one wave: Spark (its progress shown live), conservation per unit, quarantine
-    commit, output commit, ledger."""
+    commit, output commit, ledger. ``latest`` keeps the run's ``latest_per_key`` decision
+    between waves."""
     from rewind.history.read import read_ranges_from_archive
     from rewind.ledger.models import UnitResult
     from rewind.spark import session
@@ -483,6 +487,8 @@ def _run_wave(
             spec.source.history.archive,
             snapshot_id=(plan.read_plan.get("history") or {}).get("archive_snapshot_id"),
         )
+    if plan.job_spec().source.window.latest_per_key:
+        ctx = dataclasses.replace(ctx, latest=_latest(ledger, plan, run_id, spark, ctx, read_archive, latest))
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:
         t_spark = time.monotonic()
@@ -524,6 +530,28 @@ def _run_wave(
                 "commit_s": time.monotonic() - t_commit,
             }
         )
+
+
+def _latest(
+    ledger: Ledger,
+    plan: JobPlan,
+    run_id: str,
+    spark: Any,
+    ctx: Any,
+    read_archive: Any,
+    cache: dict[str, Any] | None,
+) -> Any:
+    """The records ``source.kafka.latest_per_key`` keeps, over every unit of the run (not only
+    the pending ones: a superseding record may sit in a unit already done); once per run
+    attempt, recorded in the audit."""
+    from rewind.spark.latest_per_key import latest_per_key
+
+    cache = {} if cache is None else cache
+    if "latest" not in cache:
+        found = latest_per_key(spark, dataclasses.replace(ctx, units=tuple(plan.units)), read_archive)
+        ledger.audit(run_id, "latest-per-key", found.to_audit())
+        cache["latest"] = found
+    return cache["latest"]
 
 
 def _progress(ledger: Ledger, plan: JobPlan, run_id: str, started: float) -> RunProgress:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from rewind.core.ranges import OffsetRange
+    from rewind.spark.latest_per_key import LatestPerKey
 
 ArchiveReader = Callable[[list["OffsetRange"]], "DataFrame"]
 """Reads offset ranges from the lake archive as a DataFrame in Kafka's schema."""
@@ -59,6 +60,8 @@ class StageContext:
     rate_limit_id: str = ""
     progress: ProgressAddress | None = None
     """Where tasks report records read while the wave runs (:mod:`rewind.spark.progress_channel`)."""
+    latest: LatestPerKey | None = None
+    """``source.kafka.latest_per_key``: the records to process (:mod:`rewind.spark.latest_per_key`)."""
 
 
 @dataclass
@@ -154,11 +157,18 @@ class ProcessUnits:
                         continue
                     if unit.source == "archive":
                         reporter.add(unit.id, in_unit.num_rows)
+                    left_out = None
+                    if self.ctx.latest is not None:
+                        in_unit, left_out = self.ctx.latest.split(in_unit, topic, partition)
+                    out = files.get(unit.id) or files.setdefault(unit.id, _UnitFiles(self.ctx, unit, schema))
+                    if left_out is not None:
+                        out.counts = out.counts.merge(left_out)
+                    if in_unit.num_rows == 0:
+                        continue
                     ctx = ProcessContext(self.ctx.run_id, unit.id, name, spec.translate.version, extracted_at)
                     result = process_batch(
                         in_unit, decoder, translator, spec.key, ctx, output_schema=user_schema, **lineage
                     )
-                    out = files.get(unit.id) or files.setdefault(unit.id, _UnitFiles(self.ctx, unit, schema))
                     out.write(result.rows, result.quarantine)
                     out.counts = out.counts.merge(result.counts)
         reporter.close()

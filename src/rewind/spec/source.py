@@ -77,6 +77,17 @@ class KafkaSource(_Model):
         ),
         json_schema_extra={"doc_type": "offsets per partition"},
     )
+    latest_per_key: bool = Field(
+        default=False,
+        description=(
+            "Read the window as a compacted topic's snapshot: of the records of each partition "
+            "with the same non-null key only the last one in the window is processed, and a key "
+            "whose last record is a tombstone (null value) is deleted (no row). Superseded records "
+            "and deleting tombstones count as filtered (the run's audit entry `latest-per-key` "
+            "names how many of each); records with a null key are each kept. Works on brokers that "
+            "never compacted; see docs/latest-per-key.md."
+        ),
+    )
 
     @field_validator("topics")
     @classmethod
