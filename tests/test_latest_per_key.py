@@ -139,7 +139,7 @@ def test_a_run_keeps_the_last_record_per_key(broker: TestBroker, tmp_path: Path)
     assert units.conserved and units.filtered == superseded + deleted and units.units > 2
 
 
-def test_the_field_is_off_by_default_and_in_the_canonical_spec() -> None:
+def test_the_field_is_off_by_default_and_only_then_absent_from_the_canonical_spec() -> None:
     base = {
         "name": "n",
         "source": {"kafka": {"topics": ["t"]}},
@@ -148,7 +148,8 @@ def test_the_field_is_off_by_default_and_in_the_canonical_spec() -> None:
         "key": ["id"],
         "sink": {"iceberg": {"table": "a.b"}},
     }
-    assert parse_spec(base).source.window.latest_per_key is False
+    off = parse_spec(base)
+    assert not off.source.window.latest_per_key and "latest_per_key" not in off.canonical()["source"]["kafka"]
     on = parse_spec({**base, "source": {"kafka": {"topics": ["t"], "latest_per_key": True}}})
     assert on.source.window.latest_per_key is True
     assert on.canonical()["source"]["kafka"]["latest_per_key"] is True

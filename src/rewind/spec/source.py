@@ -77,16 +77,18 @@ class KafkaSource(_Model):
         ),
         json_schema_extra={"doc_type": "offsets per partition"},
     )
-    latest_per_key: bool = Field(
-        default=False,
+    latest_per_key: bool | None = Field(
+        default=None,
         description=(
             "Read the window as a compacted topic's snapshot: of the records of each partition "
             "with the same non-null key only the last one in the window is processed, and a key "
             "whose last record is a tombstone (null value) is deleted (no row). Superseded records "
             "and deleting tombstones count as filtered (the run's audit entry `latest-per-key` "
             "names how many of each); records with a null key are each kept. Works on brokers that "
-            "never compacted; see docs/latest-per-key.md."
+            "never compacted; see docs/latest-per-key.md. Off by default (left out of the "
+            "canonical spec then, so existing jobs keep their fingerprints)."
         ),
+        json_schema_extra={"doc_type": "boolean"},
     )
 
     @field_validator("topics")
@@ -101,6 +103,11 @@ class KafkaSource(_Model):
             if topic in topics[:i]:
                 raise _Bad(f"topic '{topic}' is listed twice", "list each topic once", got=topics)
         return topics
+
+    @field_validator("latest_per_key")
+    @classmethod
+    def _latest(cls, value: bool | None) -> bool | None:
+        return True if value else None
 
     @field_validator("from_", mode="plain")
     @classmethod
