@@ -146,7 +146,7 @@ def test_a_window_that_ends_before_it_starts_is_a_one_line_spec_error(topic_name
 def test_the_rate_guard_holds_over_a_long_run(
     tmp_path: Path, bootstrap: str, topic_name: str, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rewind.spark.job_stage as job_stage
+    import rewind.spark.waves as waves  # the runner calls waves.run_wave at each wave
     from rewind.job.service import plan_job, run_job
 
     settings = fresh_settings(tmp_path, bootstrap)
@@ -183,7 +183,7 @@ def test_the_rate_guard_holds_over_a_long_run(
 
     spark_seconds: list[float] = []
     wave_ends: list[float] = []
-    real_run_wave = job_stage.run_wave
+    real_run_wave = waves.run_wave
 
     def timed(session: Any, ctx: Any, *rest: Any) -> Any:
         began = time.monotonic()
@@ -193,7 +193,7 @@ def test_the_rate_guard_holds_over_a_long_run(
             spark_seconds.append(time.monotonic() - began)
             wave_ends.append(time.time())
 
-    monkeypatch.setattr(job_stage, "run_wave", timed)
+    monkeypatch.setattr(waves, "run_wave", timed)
     outcome = run_job(settings, spec)
     assert outcome.state == "succeeded" and outcome.counts.records_read == RATE_RECORDS
     assert len(spark_seconds) == outcome.waves == 1
