@@ -226,8 +226,8 @@ class RecordEncoder:
             or pa.types.is_fixed_size_binary(kind)
         ):
             return _plain(batch.column(name))
-        if pa.types.is_integer(kind):
-            return [None if v is None else str(v).encode() for v in columns[name]]  # JSON of an int
+        if pa.types.is_integer(kind):  # JSON of an int: its decimal text, cast by Arrow at once
+            return _plain(batch.column(name).cast(pa.string()).cast(pa.binary()))
         dumps = orjson.dumps
         return [None if v is None else dumps(v, default=_default) for v in columns[name]]
 

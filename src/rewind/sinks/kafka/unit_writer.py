@@ -175,7 +175,10 @@ class UnitSession:
                 except AvroSchemaMismatch as exc:
                     raise KafkaSinkError(f"unit {self.unit_id}: {exc}") from None
             encoded = self._encoder.encode(batch)
-            keys = [k.encode() if isinstance(k, str) else bytes(k) for k in encoded.keys]
+            keys = [
+                k if type(k) is bytes else k.encode() if isinstance(k, str) else bytes(k)
+                for k in encoded.keys
+            ]
             partitions = partitions_for(keys, self.staging.partitions, self.writer.partitioner)  # type: ignore[arg-type]
             blocked = set(partitions) & set(self.writer.skip_partitions)
             if blocked:
