@@ -55,6 +55,8 @@ def check_target(sink: SqlSink, tx: Tx, name: TableName, schema: pa.Schema) -> N
     compatible = sqlite_compatible if sink.is_sqlite else pg_compatible
     for f in schema:
         col = cols.get(f.name)
+        if col is None and not sink.copy_target and not f.name.startswith(LINEAGE_PREFIX):
+            continue  # a shadow's v2 adds it (see SqlSink.prepare): a new field of the read model
         if col is None:
             raise SqlSinkError(
                 f"output column {f.name} is not in {name}; add it to the table or drop it from the output"
@@ -87,9 +89,12 @@ def check_target(sink: SqlSink, tx: Tx, name: TableName, schema: pa.Schema) -> N
 
 
 def check_same_shape(sink: SqlSink, tx: Tx, name: TableName, sname: TableName) -> None:
-    """Staging must have the target's columns (names, types, nullability) in its order."""
+    """Staging must have the target's columns (names, types, nullability) in its order (a
+    shadow's v2 may have new ones after them)."""
     target = [(c.name, c.type, c.notnull) for c in sink._backend.columns(tx, name)]
     staged = [(c.name, c.type, c.notnull) for c in sink._backend.columns(tx, sname)]
+    if not sink.copy_target:
+        staged = staged[: len(target)]
     if target != staged:
         diff = next(
             (f"{t} vs {s}" for t, s in zip(target, staged, strict=False) if t != s),

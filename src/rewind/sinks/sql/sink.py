@@ -356,6 +356,7 @@ class SqlSink(StagingSink[SqlStaging]):
                     rows, fingerprint = self._backend.fingerprint(tx, sname)
                 else:
                     tx.cur.execute(f"DELETE FROM {sname.sql}")
+                    self._add_new_columns(tx, name, sname, schema)
                     rows, fingerprint = self._backend.fingerprint(tx, name)
             else:
                 self._backend.create_new(
@@ -379,6 +380,18 @@ class SqlSink(StagingSink[SqlStaging]):
             how = "copied" if self.copy_target else "in the target, none copied"
             log.info("prepared %s for run %s (%s rows %s)", sname, run_id, rows, how)
             return self._staging(name, run_id, existed, rows if existed else None)
+
+    def _add_new_columns(self, tx: Tx, name: TableName, sname: TableName, schema: pa.Schema) -> None:
+        """A shadow's v2 gets the output's columns the target lacks (a new field of the read
+        model), nullable, after the target's: v1's rows never had them."""
+        from rewind.sinks.sql.names import quote_ident
+        from rewind.sinks.sql.types import pg_type, sqlite_type
+
+        have = {c.name for c in self._backend.columns(tx, name)}
+        for f in schema:
+            if f.name not in have:
+                sql_type = sqlite_type(f.type) if self.is_sqlite else pg_type(f.type)
+                tx.cur.execute(f"ALTER TABLE {sname.sql} ADD COLUMN {quote_ident(f.name)} {sql_type}")
 
     def _resume(self, tx: Tx, name: TableName, sname: TableName, row: Any, schema: pa.Schema) -> SqlStaging:
         if row.state != "staged":
