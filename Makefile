@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=15
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job bench-decode bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -46,6 +46,9 @@ bench-job: install
 
 bench-decode: install
 	$(BIN)/python bench/decode.py
+
+bench-small-job: install
+	$(BIN)/python bench/small_job.py
 
 bench-verify: install
 	$(BIN)/python bench/verify.py
