@@ -9,8 +9,10 @@ the caller counts as filtered. Problems that are not about one record (a missing
 folder, an unreachable registry) raise and fail the task.
 
 Columns are built once per batch from Python lists (one comprehension per column), never by
-appending rows: this loop is what bounds a task's decode rate. JSON is parsed by orjson when it
-is installed and by the stdlib otherwise, with identical results (see :mod:`rewind.translate.json_decoder`).
+appending rows: this loop is what bounds a task's decode rate. JSON is read a whole batch at a
+time by Arrow's JSON reader (:mod:`rewind.translate.json_bulk`); a batch it could read
+differently is parsed value by value by orjson when it is installed and by the stdlib
+otherwise, with identical results (see :mod:`rewind.translate.json_decoder`).
 
 The formats: :mod:`~rewind.translate.json_decoder`, :mod:`~rewind.translate.avro_decoder` (with
 :mod:`~rewind.translate.avro_schemas`) and :class:`RawDecoder` here.
