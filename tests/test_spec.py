@@ -402,7 +402,7 @@ def test_more_errors_are_counted() -> None:
             "live_groups, run, quarantine, verify, shadow",
         ),
         ("source.kafak", "kafka, history, table"),
-        ("source.kafka.topic", "topics, from, to, declared_log_start, latest_per_key"),
+        ("source.kafka.topic", "topics, from, to, declared_log_start, latest_per_key, snapshot"),
         ("decode.registry", "format, registry_url, schema_dir, reader_schema, subject, schema, null_value"),
         ("sink.iceberg.partition_by", "table, mode, window_column, window_from, window_to"),
         ("sink.postgress", "iceberg, postgres, kafka"),

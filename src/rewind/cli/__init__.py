@@ -15,6 +15,7 @@ from rewind.cli import stack_commands, run_commands, verify_commands, history_co
 from rewind.cli import reconsume_commands
 from rewind.cli import shadow_commands
 from rewind.cli import quarantine_commands
+from rewind.cli import snapshot_commands
 from rewind.cli import ops_commands
 # isort: on
 
@@ -29,6 +30,7 @@ _COMMANDS = (  # registered on import
     reconsume_commands,
     shadow_commands,
     quarantine_commands,
+    snapshot_commands,
     ops_commands,
 )
 

@@ -161,6 +161,12 @@ def _fold(
         window=spec.replaced_window() if column else None,
     )
     rows = read_iceberg(spark, sink.catalog.load_table(staging.table), staging.ref)
+    state = plan.read_plan.get("snapshot")
+    if state is not None:  # source.kafka.snapshot: the state's rows are folded with the new ones
+        from rewind.spark.snapshot_rows import with_state_rows
+
+        state_rows = read_iceberg(spark, sink.catalog.load_table(state["table"]), state["ref"])
+        rows = with_state_rows(rows, state_rows, run_id, state["table"])
     # a task holds all rows of its keys in memory: at most ~FOLD_TASK_ROWS partial rows each
     tasks = max(default_parallelism(spark), -(-plan.offsets // FOLD_TASK_ROWS))
     return run_fold(rows, ctx, tasks)

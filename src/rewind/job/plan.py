@@ -149,7 +149,9 @@ def plan_id_of(fingerprint: str, units: tuple[WorkUnit, ...], pinned: str = "") 
 def _pinned(read_plan: dict[str, Any]) -> str:
     history = read_plan.get("history") or {}
     snapshot = history.get("archive_snapshot_id")
-    return "" if snapshot is None else f"{history.get('archive_table')}@{snapshot}"
+    state = read_plan.get("snapshot")  # a snapshot source: the state's table snapshot
+    pin = "" if state is None else f"{state['table']}@{state['snapshot_id']}"
+    return pin if snapshot is None else f"{history.get('archive_table')}@{snapshot}"
 
 
 def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
@@ -172,15 +174,19 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
         read_plan_data = history
     else:
         assert spec.source.kafka is not None
-        read_plan = resolve(
-            conf,
-            spec.source.kafka.window_request(),
-            declared_log_start=spec.source.kafka.declared_start() or None,
-        )
+        request, snapshot = spec.source.kafka.window_request(), None
+        if spec.source.kafka.snapshot is not None:  # only the events after the snapshot's offsets
+            from rewind.job.snapshot import SNAPSHOT_KEY, resolve_snapshot, snapshot_offsets
+
+            snapshot = resolve_snapshot(settings, spec)
+            request = spec.source.kafka.snapshot_window_request(snapshot_offsets(snapshot))
+        read_plan = resolve(conf, request, declared_log_start=spec.source.kafka.declared_start() or None)
         units = cut_units(read_plan, spec.run.work_unit_records)
         notes = list(read_plan.notes)
         gates.append(_log_start_gate(read_plan))
         read_plan_data = read_plan.to_dict()
+        if snapshot is not None:
+            read_plan_data[SNAPSHOT_KEY] = snapshot
     offsets = sum(u.end - u.start for u in units)
     if table_plan is not None:
         pass  # a table plan checks guards.max_records itself, before it fetches any key

@@ -19,6 +19,7 @@ from rewind.core.windows import WindowRequest
 from rewind.spec.errors import _Bad, _Plain
 from rewind.spec.table_source import TableSource
 from rewind.spec.values import (
+    _ICEBERG_TABLE,
     _TOPIC,
     KafkaBound,
     Offsets,
@@ -31,6 +32,50 @@ from rewind.spec.values import (
     _parse_bound,
     _parse_offsets,
 )
+
+
+class SnapshotPart(_Model):
+    """State as of recorded offsets: the read model's rows, then only the events after them.
+
+    The run reads the window from the snapshot's offsets (not ``from``) and the fold folds the
+    snapshot's rows together with the new events' partial rows, so the fold must accept its own
+    output rows as input (sums, last non-null, min/max...). See docs/snapshots.md.
+    """
+
+    table: str = Field(description="The Iceberg table (`namespace.table`) holding the state.")
+    ref: str = Field(
+        default="main",
+        description=(
+            "The branch or tag of `table` to read; `rewind snapshot create RUN` makes a tag "
+            "`rewind-snapshot-<run>` and records its offsets with it."
+        ),
+    )
+    offsets: Offsets | None = Field(
+        default=None,
+        description=(
+            'Offsets per partition (`{orders: {"0": 1200, "1": 1300}}`) the state is as of: the '
+            "first offset of each partition NOT in it. Every partition of every topic is named. "
+            "Without it, the offsets recorded on the table for `ref` by `rewind snapshot create`."
+        ),
+        json_schema_extra={"doc_type": "offsets per partition"},
+    )
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, table: str) -> str:
+        if not _ICEBERG_TABLE.fullmatch(table):
+            raise _Bad("not a namespace.table name", "like analytics.order_totals", got=table)
+        return table
+
+    @field_validator("offsets", mode="plain")
+    @classmethod
+    def _offsets(cls, value: Any) -> Offsets | None:
+        allowed = 'expected offsets per partition, like {orders: {"0": 1200}}'
+        return None if value is None else _parse_offsets(value, "declared", allowed)
+
+    @field_serializer("offsets")
+    def _dump(self, value: Offsets | None) -> dict[str, dict[str, int]] | None:
+        return None if value is None else _dump_offsets(value)
 
 
 class KafkaSource(_Model):
@@ -89,6 +134,15 @@ class KafkaSource(_Model):
             "canonical spec then, so existing jobs keep their fingerprints)."
         ),
         json_schema_extra={"doc_type": "boolean"},
+    )
+
+    snapshot: SnapshotPart | None = Field(
+        default=None,
+        description=(
+            "Start from a snapshot of the read model (an Iceberg table as of recorded offsets) "
+            "and replay only the events after its offsets, folded into its state; needs "
+            "`translate.fold`, an Iceberg sink and no `from`. See docs/snapshots.md."
+        ),
     )
 
     @field_validator("topics")
@@ -183,6 +237,21 @@ class KafkaSource(_Model):
                         got=end,
                         at=("to", topic, str(partition)),
                     )
+        if self.snapshot is not None and self.from_ != "earliest":
+            raise _Bad(
+                "is given with a snapshot",
+                "a snapshot's run starts at the snapshot's offsets: leave from out",
+                got=_dump_bound(self.from_),
+                at=("from",),
+            )
+        for topic in (self.snapshot.offsets or {}) if self.snapshot is not None else {}:
+            if topic not in topics:
+                raise _Bad(
+                    "topic is not in topics",
+                    f"a snapshot's offsets name only topics of topics ({', '.join(self.topics)})",
+                    got=topic,
+                    at=("snapshot", "offsets", topic),
+                )
         for topic in self.declared_log_start or {}:
             if topic not in topics:
                 raise _Bad(
@@ -204,6 +273,14 @@ class KafkaSource(_Model):
         return WindowRequest(
             subscribe=tuple(self.topics),
             start=_bound_spec(self.from_, "source.kafka.from"),
+            end=_bound_spec(self.to, "source.kafka.to"),
+        )
+
+    def snapshot_window_request(self, offsets: Offsets) -> WindowRequest:
+        """The window from a snapshot's offsets to ``to``; errors name the snapshot's offsets."""
+        return WindowRequest(
+            subscribe=tuple(self.topics),
+            start=_bound_spec(offsets, "source.kafka.snapshot.offsets"),
             end=_bound_spec(self.to, "source.kafka.to"),
         )
 
