@@ -159,3 +159,14 @@ def test_a_cast_failure_in_bulk_names_the_field() -> None:
     assert out is not None
     assert [(f.row, f.reason) for f in out.failures] == [(1, "field 'at': cannot cast 'soon' to timestamp")]
     assert out.events["id"].tolist() == [1]
+
+
+def test_a_sliced_batch_reads_only_its_own_values() -> None:
+    values: list[bytes | None] = [json.dumps({"id": i, "status": f"s{i}"}).encode() for i in range(20)]
+    values[7] = None
+    batch = batch_of(values).slice(5, 10)  # the value buffers start at an offset
+    assert bulk_decode(batch, None, True, cast_columns) is not None
+    bulk, each = JsonDecoder().decode(batch), JsonDecoder().decode_each(batch)
+    pd.testing.assert_frame_equal(bulk.events, each.events)
+    assert bulk.events["id"].tolist() == [5, 6, 8, 9, 10, 11, 12, 13, 14]
+    assert [f.row for f in bulk.failures] == [2]
