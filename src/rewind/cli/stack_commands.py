@@ -92,11 +92,30 @@ def demo(
     events: Annotated[int, typer.Option(help="Order events in the topic (60 days of them).")] = 1_000_000,
     seed: Annotated[int, typer.Option(help="Seed of the generated history.")] = 7,
     report: Annotated[Path | None, typer.Option(help="Where to write the HTML report.")] = None,
+    story: Annotated[
+        str,
+        typer.Option(
+            help="repair (a bounded repair of order_totals) or shadow (order_status migrated to a v2 "
+            "with a new field by `rewind shadow` while orders keep arriving)."
+        ),
+    ] = "repair",
 ) -> None:
-    """Play a production repair end to end on the embedded stack (starts it if needed)."""
+    """Play a production repair (or, --story shadow, a live migration) end to end on the
+    embedded stack (starts it if needed)."""
     from rewind.demo.story import run_demo
 
+    if story not in ("repair", "shadow"):
+        from rewind.errors import ConfigError
+
+        raise ConfigError(f"--story {story} is not a story of the demo; use repair or shadow")
     console = Console(stderr=json_out, highlight=False, soft_wrap=True)
+    if story == "shadow":
+        from rewind.demo.shadow_story import run_shadow_story
+
+        played = run_shadow_story(_settings(), events=min(events, 200_000), seed=seed, say=console.print)
+        facts = {"ok": True, "steps": played.steps, "summary": played.summary}
+        output(json_out).result(facts, _render_shadow)
+        return
     result = run_demo(_settings(), events=events, seed=seed, say=console.print, report_path=report)
     output(json_out).result({"ok": True, "steps": result.steps, "summary": result.summary}, _render_demo)
 
@@ -117,6 +136,18 @@ def _render_demo(console: Console, data: dict[str, Any]) -> None:
     console.print(
         f"[green]demo passed[/]: every step gave the result the data says it must. "
         f"`rewind show {s['run_id']}` tells the run again; `rewind dev down` stops the stack.",
+        soft_wrap=True,
+    )
+
+
+def _render_shadow(console: Console, data: dict[str, Any]) -> None:
+    s = data["summary"]
+    for step in data["steps"]:
+        console.print(f" {step['step']:<28} {step['seconds']:>7.1f} s")
+    console.print(
+        f"[green]demo passed[/]: {s['orders']:,} orders in order_status equal a clean recomputation "
+        f"({s['live_events']:,} live events arrived during the migration). `rewind shadow status "
+        f"{s['shadow']}` tells the shadow again; `rewind dev down` stops the stack.",
         soft_wrap=True,
     )
 

@@ -287,3 +287,51 @@ def fold_order_totals(rows: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return out.reset_index()
+
+
+# -- the shadow story: ``order_status`` and its v2 with a new field -------------------------
+
+ORDER_STATUS_V1 = {"order_id": "string", "status": "string", "last_event_time": "timestamp"}
+"""Columns of ``order_status`` as the live service writes it (one upsert per event)."""
+
+ORDER_STATUS_SCHEMA = {**ORDER_STATUS_V1, "stage": "string"}
+"""Its v2: the same and ``stage`` (``open`` until the order is shipped or cancelled, then ``closed``)."""
+
+EVENT_TYPES = ("placed", "line_added", "paid", "cancelled", "shipped")
+
+
+def stage_of(kind: str) -> str:
+    return "closed" if kind in ("shipped", "cancelled") else "open"
+
+
+def status_row(data: dict[str, Any]) -> dict[str, Any] | None:
+    """What the live service makes of one decoded event, or None when it skips it (as v2's
+    translate rejects it or the decoder quarantines it)."""
+    kind, order_id, qty = data.get("type"), data.get("order_id"), data.get("qty", 0)
+    if kind not in EVENT_TYPES or not isinstance(order_id, str) or not isinstance(data.get("at"), int):
+        return None
+    if qty is not None and (not isinstance(qty, int) or (kind == "line_added" and qty < 0)):
+        return None
+    return {"order_id": order_id, "status": kind, "stage": stage_of(kind), "at": data["at"]}
+
+
+def order_status_v2(events: pd.DataFrame) -> TranslateResult:
+    """Each event → its order's ``order_status`` row (upserted on ``order_id``: the last one wins).
+
+    An event without an order id, of an unknown type or with a negative quantity is rejected.
+    """
+    kind = events["type"]
+    qty = events["qty"].fillna(0).astype("int64")
+    bad = ~kind.isin(list(EVENT_TYPES)) | events["order_id"].isna() | ((kind == "line_added") & (qty < 0))
+    rejects = pd.DataFrame({"_rewind_row": events.loc[bad, "_rewind_row"], "reason": "not an order event"})
+    ok = events[~bad]
+    rows = pd.DataFrame(
+        {
+            "_rewind_row": ok["_rewind_row"],
+            "order_id": ok["order_id"],
+            "status": ok["type"],
+            "last_event_time": pd.to_datetime(ok["at"].astype("int64"), unit="ms", utc=True),
+            "stage": ok["type"].map(stage_of),
+        }
+    )
+    return TranslateResult(rows=rows, rejects=rejects)

@@ -161,7 +161,10 @@ def _produce(settings: Settings, topic: str, history: domain.History) -> list[li
         deadline = time.monotonic() + 30
         while topic in admin.list_topics(timeout=15).topics and time.monotonic() < deadline:
             time.sleep(0.2)
-    for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+    # the history's records carry their own (past) times: a broker that expires by retention.ms
+    # would drop them at once, so the topic keeps records forever (as the story needs)
+    new = NewTopic(topic, PARTITIONS, 1, config={"retention.ms": "-1"})
+    for fut in admin.create_topics([new]).values():
         fut.result(timeout=30)
     txn = TransactionalProducer(
         {**conf, "enable.idempotence": True, "linger.ms": 20, "batch.size": 1_000_000}, error=DemoFailed

@@ -1,0 +1,294 @@
+"""``rewind demo --story shadow``: migrate ``order_status`` to a v2 with a new field, live.
+
+The live service keeps ``order_status`` (SQLite) from the ``orders`` topic, one upsert per
+event; its next release adds ``stage`` (``open``/``closed``). Instead of a migration script,
+the demo rebuilds v2 from all history with ``rewind shadow`` while new orders keep arriving:
+
+1. the scene as in the repair story (topic, archive below the seam), v1 built by the live
+   service (a consumer group) from the whole topic, and a producer of new orders that runs
+   until the end;
+2. ``shadow start``: the history (archive + log) into v2, then the live tail (a thread here);
+3. caught up (lag under the threshold for ``caught_up_for_s``), ``shadow verify`` (twice) on
+   settled keys (v2 against v1 on their common columns);
+4. the live service stops, the tail passes its offsets and stops, ``shadow cutover --hard``
+   proves the cut line and swaps v2 in; the new release of the service resumes from the cut
+   line on the swapped table;
+5. the producer stops; ``order_status`` must equal a clean recomputation of every event
+   (history and live), with ``stage`` on every row: no order missing, doubled or stale.
+
+Every check raises :class:`DemoFailed` naming the step. Each play is a new shadow (its name
+ends with the time) on a fresh SQLite file; the ledger keeps them all.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rewind.demo import orders as domain
+from rewind.demo.errors import DemoFailed
+from rewind.demo.live import OrderProducer, StatusService, sqlite_time
+from rewind.demo.story import DemoResult, Say, Window, expect
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
+    from rewind.demo.scene import Scene
+
+TABLE = "order_status"
+
+
+def shadow_spec(scene: Scene, name: str, db: Path, group: str, verifications: int = 2) -> dict[str, Any]:
+    """The job spec of the migration, as a user would write it in YAML."""
+    return {
+        "name": name,
+        "description": "order_status v2 (with stage) rebuilt from all history, cut over while live",
+        "source": {
+            "history": {
+                "topics": [scene.topic],
+                "archive": scene.archive_table,
+                "declared_log_start": {scene.topic: {str(p): o for p, o in scene.log_start.items()}},
+            }
+        },
+        "decode": {"format": "json", "schema": domain.DECODE_SCHEMA},
+        "translate": {
+            "function": "rewind.demo.orders:order_status_v2",
+            "version": "2",
+            "output_schema": domain.ORDER_STATUS_SCHEMA,
+        },
+        "key": ["order_id"],
+        "sink": {"postgres": {"table": TABLE, "url": f"sqlite:///{db}", "mode": "upsert"}},
+        "run": {"work_unit_records": 25_000},
+        "shadow": {
+            "live_group": group,
+            "lag_threshold": 100,
+            "caught_up_for_s": 3,
+            "trigger_s": 0.5,
+            "settle_s": 20,
+            "verify_passes": verifications,
+            "rewind_by": 10,
+        },
+    }
+
+
+def expected_status(events: Iterable[dict[str, Any]]) -> dict[str, tuple[str, str, str]]:
+    """A clean recomputation: each order's last valid event → (status, stage, last_event_time)."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for data in events:
+        row = domain.status_row(data)
+        if row is not None:
+            out[row["order_id"]] = (row["status"], row["stage"], sqlite_time(row["at"]))
+    return out
+
+
+def read_status(db: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(f'SELECT order_id, status, stage, last_event_time FROM "{TABLE}"').fetchall()
+
+
+def _wait(step: str, what: str, check: Callable[[], Any], timeout: float) -> Any:
+    from rewind.errors import RewindError
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except RewindError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.5)
+    raise DemoFailed(f"demo step '{step}': {what} did not happen in {timeout:g} s")
+
+
+def _create_v1(settings: Settings, spec: Any, db: Path) -> None:
+    """v1 as the live service keeps it: the job's columns but ``stage``, unique on the key."""
+    from rewind.job.plan import build_plan
+    from rewind.sinks.sql.types import sqlite_type
+
+    db.unlink(missing_ok=True)
+    schema = build_plan(settings, spec).output_schema()
+    cols = ", ".join(f'"{f.name}" {sqlite_type(f.type)}' for f in schema if f.name != "stage")
+    with sqlite3.connect(db) as conn:
+        conn.execute(f'CREATE TABLE "{TABLE}" ({cols})')
+        conn.execute(f'CREATE UNIQUE INDEX "{TABLE}_key" ON "{TABLE}" (order_id)')
+
+
+class _Tail(threading.Thread):
+    """``rewind shadow start`` (the tail) in a thread until ``halt``."""
+
+    def __init__(self, settings: Settings, spec: Any) -> None:
+        super().__init__(daemon=True, name="demo-shadow-tail")
+        self.settings, self.spec = settings, spec
+        self.halt = threading.Event()
+        self.result: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from rewind.shadow.start import start_shadow
+
+        try:
+            self.result = start_shadow(
+                self.settings, self.spec, stop=lambda _: self.halt.is_set(), sample_s=1.0
+            )
+        except BaseException as exc:  # raised by stop()
+            self.error = exc
+
+    def stop(self) -> dict[str, Any]:
+        self.halt.set()
+        self.join(120)
+        if self.error is not None or self.result is None:
+            raise DemoFailed(f"demo step 'tail': the shadow's tail failed: {self.error}")
+        return self.result
+
+
+def run_shadow_story(
+    settings: Settings,
+    *,
+    events: int = 200_000,
+    seed: int = 7,
+    prefix: str = "demo",
+    orders_per_s: float = 20.0,
+    verifications: int = 2,
+    say: Say = lambda _: None,
+    start_stack: bool = True,
+) -> DemoResult:
+    """Play the migration (see the module docstring); returns the steps and the summary."""
+    from rewind.demo.scene import PARTITIONS, set_scene
+    from rewind.embedded.stack import Stack
+    from rewind.shadow.cutover import cutover_hard
+    from rewind.shadow.start import start_shadow
+    from rewind.shadow.status import shadow_status
+    from rewind.shadow.verify import verify_shadow
+    from rewind.spark import session
+    from rewind.spec import parse_spec
+
+    result = DemoResult()
+    began = time.monotonic()
+    t0 = time.monotonic()
+    if start_stack:
+        Stack(settings).up()
+    spark = session(settings, app_name="rewind-demo")
+    result.step("stack up", t0)
+
+    t0 = time.monotonic()
+    scene = set_scene(
+        settings, spark, events=events, seed=seed, prefix=prefix, window=Window.default(), say=say
+    )
+    result.scene = scene
+    conf = settings.kafka_config()
+    name = f"{prefix}-order-status-{int(time.time())}"
+    group = f"{prefix}-order-status-service"
+    db = settings.state_dir / f"{prefix}-order-status.sqlite"
+    spec = parse_spec(shadow_spec(scene, name, db, group, verifications), "demo shadow spec")
+    _create_v1(settings, spec, db)
+    v1 = StatusService(conf, scene.topic, group, db, TABLE, with_stage=False)
+    v1.start()
+    _wait("v1", "the live service reading the whole topic", lambda: v1.applied >= scene.events, 600)
+    producer = OrderProducer(conf, scene.topic, PARTITIONS, orders_per_s, seed)
+    producer.start()
+    say(
+        f"[bold]1. live[/]: the order_status service (group {group}) keeps v1 in {db} "
+        f"({len(read_status_v1(db)):,} orders); new orders arrive at {orders_per_s:g}/s"
+    )
+    result.step("scene", t0, **scene.facts(), v1_orders=len(read_status_v1(db)))
+
+    tail = None
+    try:
+        t0 = time.monotonic()
+        say(f"[bold]2. shadow start[/] {name}: the history (archive + log) into v2, then the live tail")
+        first = start_shadow(settings, spec, stop=lambda _: True, sample_s=1.0)
+        tail = _Tail(settings, spec)
+        tail.start()
+        status = _wait("caught up", "the shadow catching up", lambda: _caught_up(settings, name), 600)
+        why = status["caught_up_reason"]
+        say(f"   caught up: v2 is {status['max_lag']} offsets behind the log at most ({why})")
+        result.step("shadow start", t0, run_id=first["run_id"], max_lag=status["max_lag"])
+
+        t0 = time.monotonic()
+        checked = verify_shadow(settings, name, repeat=verifications, every_s=1)
+        passed = [r["passed"] for r in checked["results"]]
+        compared = [r["rows"]["staging"] for r in checked["results"]]
+        ok = passed == [True] * verifications and checked["go"]
+        expect(ok, "verify", f"v2 differs from v1: {checked['results']}")
+        expect(min(compared) > 0, "verify", "no settled order was compared")
+        say(f"   verified {verifications}x: {compared[-1]:,} settled orders equal in v1 and v2: go")
+        result.step("verify", t0, compared=compared[-1], unsettled=checked["results"][-1]["unsettled_keys"])
+
+        t0 = time.monotonic()
+        v1.stop()
+        _wait(
+            "cutover",
+            "v2 passing the live service's offsets",
+            lambda: all(p["group_lag"] <= 0 for p in shadow_status(settings, name)["partitions"]),
+            300,
+        )
+        tailed = tail.stop()
+        tail = None
+        done = cutover_hard(settings, name)
+    except BaseException:
+        if tail is not None:
+            tail.halt.set()
+        producer.halt.set()
+        v1.halt.set()
+        raise
+    cut = done.get("swap", {})
+    expect(done["state"] == "cutover", "cutover", f"the shadow is {done['state']}")
+    v2 = StatusService(conf, scene.topic, group, db, TABLE, with_stage=True)
+    v2.start()
+    say(f"[bold]3. cutover --hard[/]: cut line proven, v2 swapped in ({cut}); the new service resumes")
+    result.step("cutover", t0, tail_batches=tailed["batches"], swap=cut)
+
+    t0 = time.monotonic()
+    time.sleep(2)  # orders keep arriving, now written by the new release into the swapped table
+    produced = producer.stop()
+    history = domain.generate(events, partitions=PARTITIONS, seed=seed)
+    expected = expected_status([*history.valid, *produced])
+    try:
+        _wait("final", "order_status equal to a clean recomputation", lambda: _equal(db, expected), 300)
+    except DemoFailed:
+        found = {r[0]: tuple(r[1:]) for r in read_status(db)}
+        bad = [(k, found.get(k), v) for k, v in expected.items() if found.get(k) != v][:3]
+        raise DemoFailed(
+            f"demo step 'final': order_status differs from a clean recomputation, e.g. {bad} "
+            f"({len(found):,} rows, {len(expected):,} expected)"
+        ) from None
+    finally:
+        v2.stop()
+    rows = read_status(db)
+    expect(len(rows) == len(expected), "final", f"{len(rows)} rows for {len(expected)} orders")
+    expect(all(r[2] in ("open", "closed") for r in rows), "final", "a row without stage")
+    say(
+        f"[bold]4. done[/]: order_status has {len(rows):,} orders, each with stage, equal to a clean "
+        f"recomputation of {events:,} history events and {len(produced):,} live ones"
+    )
+    result.step("final", t0, orders=len(rows), live_events=len(produced))
+    result.summary = {
+        "shadow": name,
+        "run_id": first["run_id"],
+        "orders": len(rows),
+        "live_events": len(produced),
+        "verified_orders": compared[-1],
+        "seconds": round(time.monotonic() - began, 1),
+    }
+    return result
+
+
+def read_status_v1(db: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(f'SELECT order_id FROM "{TABLE}"').fetchall()
+
+
+def _caught_up(settings: Settings, name: str) -> dict[str, Any] | None:
+    from rewind.shadow.status import shadow_status
+
+    status = shadow_status(settings, name)
+    return status if status["caught_up"] else None
+
+
+def _equal(db: Path, expected: dict[str, tuple[str, str, str]]) -> bool:
+    rows = read_status(db)
+    return len(rows) == len(expected) and {r[0]: tuple(r[1:]) for r in rows} == expected
