@@ -112,3 +112,8 @@ MetricsAddressOpt = Annotated[
         help="Address the metrics server binds (default: settings metrics.address, 127.0.0.1).",
     ),
 ]
+
+
+def number_text(value: Any) -> str:
+    """A table cell for an offset or a count: ``-`` when unknown, thousands separated."""
+    return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)

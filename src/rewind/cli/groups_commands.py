@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rewind.cli.app import JsonOpt, _settings, app, command
+from rewind.cli.app import JsonOpt, _settings, app, command, number_text
 from rewind.groups.exceptions import ResetInputError
 from rewind.output import output
 
@@ -23,9 +23,6 @@ groups_app = typer.Typer(
 )
 app.add_typer(groups_app, name="groups")
 
-
-def _offset(value: Any) -> str:
-    return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _effect(p: dict[str, Any]) -> str:
@@ -48,11 +45,11 @@ def _render_plan(console: Console, d: dict[str, Any]) -> None:
             d["group"],
             p["topic"],
             str(p["partition"]),
-            _offset(p["new"]),
-            _offset(p["current"]),
+            number_text(p["new"]),
+            number_text(p["current"]),
             _effect(p),
-            _offset(p["low"]),
-            _offset(p["high"]),
+            number_text(p["low"]),
+            number_text(p["high"]),
         )
     console.print(table)
     for p in d["partitions"]:
@@ -190,10 +187,10 @@ def describe(
             table.add_row(
                 p["topic"],
                 str(p["partition"]),
-                _offset(p["committed"]),
-                _offset(p["log_start"]),
-                _offset(p["log_end"]),
-                _offset(p["lag"]),
+                number_text(p["committed"]),
+                number_text(p["log_start"]),
+                number_text(p["log_end"]),
+                number_text(p["lag"]),
                 p["member"] or "-",
             )
         console.print(table)

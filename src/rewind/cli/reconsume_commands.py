@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rewind.cli.app import JsonOpt, _settings, app, command
+from rewind.cli.app import number_text as _n
 from rewind.output import output
 
 reconsume_app = typer.Typer(
@@ -21,9 +22,6 @@ reconsume_app = typer.Typer(
 )
 app.add_typer(reconsume_app, name="reconsume")
 
-
-def _n(value: Any) -> str:
-    return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _render_plan(console: Console, d: dict[str, Any]) -> None:
