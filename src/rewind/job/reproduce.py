@@ -57,6 +57,13 @@ def fence_attempted(settings: Settings, ledger: Ledger, run_id: str) -> None:
         fence_units(settings.kafka_config(), run_id, attempted)
 
 
+def any_attempted(ledger: Ledger, run_id: str) -> bool:
+    """Did an attempt of a unit still pending start? A unit's transaction commits only from a
+    task, after :meth:`~rewind.ledger.Ledger.mark_running` counted the attempt; when none did,
+    the run's bookkeeping holds no unit to reconcile (the reads of step 1's reconcile are skipped)."""
+    return any(u.attempts > 0 for u in ledger.pending_units(run_id))
+
+
 def reconcile_quarantine(
     settings: Settings,
     ledger: Ledger,

@@ -189,9 +189,12 @@ def execute(
                     run.parts = _parts(settings, spec, run_id, schema)
                 elif isinstance(stage, Reconcile):
                     unit_sink, unit_staging = run.unit_target(sink)
-                    _reconcile(ledger, unit_sink, unit_staging, run_id)
+                    # a re-produce's units commit only from tasks of a started attempt: none, nothing to read
+                    fresh = spec.source.table is not None and not reproduce.any_attempted(ledger, run_id)
+                    if not fresh:
+                        _reconcile(ledger, unit_sink, unit_staging, run_id)
                     run.done_q = run.quarantine()[0].committed_units(run.quarantine()[1], run_id)
-                    if spec.source.table is not None:
+                    if spec.source.table is not None and not fresh:
                         qsink, qstaging = run.quarantine()
                         reproduce.reconcile_quarantine(
                             settings, ledger, run_id, unit_staging, qsink, qstaging, run.done_q  # type: ignore[arg-type]
