@@ -16,6 +16,7 @@ from rewind.cli import reconsume_commands
 from rewind.cli import shadow_commands
 from rewind.cli import quarantine_commands
 from rewind.cli import snapshot_commands
+from rewind.cli import compensate_commands
 from rewind.cli import ops_commands
 # isort: on
 
@@ -31,6 +32,7 @@ _COMMANDS = (  # registered on import
     shadow_commands,
     quarantine_commands,
     snapshot_commands,
+    compensate_commands,
     ops_commands,
 )
 

@@ -1,0 +1,192 @@
+"""``rewind compensate RUN --topic T``: a consumer applying the corrections reaches the verified state.
+
+On each real broker: a v1 projection (a translate that doubles odd SKUs' quantities and drops
+``s1``) is promoted to production; a fixed run (v2: right quantities, drops ``s0``) replaces it
+on its staging branch and is verified. Compensation writes, for every differing key, a
+retraction and a correction (or one correction) keyed by the SKU, on murmur2's partition,
+with the synthetic headers and the run id, in one transaction with its marker; a consumer that
+starts from production's v1 rows and applies them ends with exactly the staging's rows. A
+second compensate writes nothing; an unverified run is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from rewind.config import load_settings
+from rewind.spec import parse_spec
+from tests import job_fixtures as jf
+from tests.brokers import TestBroker
+from tests.kafka_util import create_topic
+
+SKUS = 12
+BASE_MS = 1_790_000_000_000  # 2026-09-21T14:13:20Z
+OUT_PARTITIONS = 3
+
+
+def wrong(events: pd.DataFrame) -> pd.DataFrame:
+    odd = events["sku"].str[1:].astype(int) % 2 == 1
+    rows = events.assign(qty=events["qty"].where(~odd, events["qty"] * 2))
+    return rows[rows["sku"] != "s1"][["_rewind_row", "sku", "qty"]]
+
+
+def right(events: pd.DataFrame) -> pd.DataFrame:
+    return events[events["sku"] != "s0"][["_rewind_row", "sku", "qty"]]
+
+
+def spec(topic: str, table: str, function: str, version: str, **sink: Any) -> Any:
+    return parse_spec(
+        {
+            "name": "stock",
+            "source": {
+                "kafka": {"topics": [topic], "from": "2026-09-21T00:00:00Z", "to": "2026-09-22T00:00:00Z"}
+            },
+            "decode": {"format": "json", "schema": {"sku": "string", "qty": "long"}},
+            "translate": {
+                "function": f"tests.test_compensate:{function}",
+                "version": version,
+                "output_schema": {"sku": "string", "qty": "long"},
+            },
+            "key": ["sku"],
+            "sink": {"iceberg": {"table": table, **sink}},
+            "verify": {
+                "assertions": [
+                    {"name": "no negative", "sql": "SELECT count(*) FROM staging WHERE qty < 0", "expect": 0}
+                ]
+            },
+        }
+    )
+
+
+def read_topic(conf: dict[str, Any], topic: str) -> list[Any]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {**conf, "group.id": f"t-{uuid.uuid4().hex[:6]}", "isolation.level": "read_committed"}
+    )
+    out = []
+    try:
+        for p in range(OUT_PARTITIONS):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            consumer.assign([TopicPartition(topic, p, low)])
+            while True:
+                msg = consumer.poll(5)
+                if msg is None:
+                    break
+                if msg.error() is None:
+                    out.append(msg)
+                if msg.offset() >= high - 1:
+                    break
+    finally:
+        consumer.close()
+    return out
+
+
+def user_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {r["sku"]: r["qty"] for r in rows}
+
+
+def test_applying_the_compensation_to_v1_reaches_the_verified_state(
+    broker: TestBroker, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    from rewind.job.compensate import CompensateRefused, compensate_run
+    from rewind.job.publish import promote_run
+    from rewind.job.service import run_job
+    from rewind.verify.service import verify_run
+
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(tmp_path / "state")},
+        cwd=tmp_path,
+    )
+    conf = settings.kafka_config()
+    source = f"stock-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, source, 1)
+    producer = Producer(conf)
+    for i in range(SKUS):
+        value = json.dumps({"sku": f"s{i}", "qty": 10 + i}).encode()
+        producer.produce(source, key=f"s{i}", value=value, timestamp=BASE_MS + i * 1000)
+    assert producer.flush(10) == 0
+    table = f"comp.stock_{source[-8:]}"
+
+    v1 = run_job(settings, spec(source, table, "wrong", "1"))
+    promote_run(settings, v1.run_id, force=True, reason="test: production's v1")
+    from rewind.catalog import load_catalog
+
+    production = user_rows(load_catalog(settings).load_table(table).scan().to_arrow().to_pylist())
+    v2 = run_job(settings, spec(source, table, "right", "2", mode="replace-window"))
+    verified = user_rows(jf.staging_table(settings, v2.staging).to_pylist())
+    assert production != verified and "s0" in production and "s1" in verified
+
+    with pytest.raises(CompensateRefused) as refused:
+        compensate_run(settings, v2.run_id, "anything")
+    assert str(refused.value) == (
+        f"run {v2.run_id} is not verified (it was never verified); "
+        f"run `rewind verify {v2.run_id}` until it passes"
+    )
+    assert verify_run(settings, v2.run_id)["passed"]
+
+    differing = sorted(k for k in production.keys() | verified.keys() if production.get(k) != verified.get(k))
+    for shape in ("retract-and-correct", "correction"):
+        out = f"stock-model-{uuid.uuid4().hex[:8]}"
+        create_topic(conf, out, OUT_PARTITIONS)
+        check_shape(settings, conf, v2.run_id, out, shape, production, verified, differing)
+
+
+def check_shape(
+    settings: Any,
+    conf: dict[str, Any],
+    run_id: str,
+    out: str,
+    shape: Any,
+    production: dict[str, int],
+    verified: dict[str, int],
+    differing: list[str],
+) -> None:
+    from rewind.job.compensate import compensate_run
+    from rewind.kafka.partitioner import partition_of
+
+    plan = compensate_run(settings, run_id, out, shape, dry_run=True)
+    if shape == "correction":
+        assert plan["counts"] == {"correction": len(differing)}
+    else:
+        assert plan["counts"] == {
+            "retract": sum(1 for k in differing if k in production),
+            "correct": sum(1 for k in differing if k in verified),
+        }
+    assert read_topic(conf, out) == []  # a dry run writes nothing
+
+    done = compensate_run(settings, run_id, out, shape)
+    assert not done["already_done"] and done["counts"] == plan["counts"]
+    msgs = read_topic(conf, out)
+    data = [m for m in msgs if not any(h[0] == "rewind-marker" for h in m.headers() or [])]
+    assert len(msgs) == len(data) + 1 and len(data) == plan["messages"]
+    state = dict(production)
+    for m in sorted(data, key=lambda m: (m.partition(), m.offset())):
+        headers = dict(m.headers())
+        assert headers["rewind-synthetic"] == b"true" and headers["rewind-run-id"] == run_id.encode()
+        assert m.partition() == partition_of(m.key(), OUT_PARTITIONS)
+        body = json.loads(m.value())
+        assert m.key() == body["key"]["sku"].encode() and headers["rewind-op"] == body["op"].encode()
+        sku = body["key"]["sku"]
+        if body["op"] == "retract":
+            assert state.pop(sku) == body["row"]["qty"]
+        elif body["op"] == "correct":
+            state[sku] = body["row"]["qty"]
+        else:
+            assert (body["old"] or {}).get("qty") == state.get(sku)
+            if body["new"] is None:
+                del state[sku]
+            else:
+                state[sku] = body["new"]["qty"]
+    assert state == verified
+
+    again = compensate_run(settings, run_id, out, shape)
+    assert again["already_done"] and len(read_topic(conf, out)) == len(msgs)
