@@ -255,12 +255,12 @@ class LeaseKeeper:
                 self.lease = self.ledger.heartbeat(self.target, self.holder, self.ttl_s, owner=self.owner)
                 self._deadline = began + self.ttl_s
             except LeaseLost as exc:
+                self._lose(exc)  # fenced first: whoever reads the log line finds check() raising
                 log.error("%s", exc)
-                self._lose(exc)
                 return
             except Exception as exc:  # a flaky database: retry until the lease would run out
                 if time.monotonic() >= self._deadline:
-                    log.error("lease on %s not renewed before it expired: %s", self.target, exc)
                     self._lose(LeaseLost(self.target, self.holder))
+                    log.error("lease on %s not renewed before it expired: %s", self.target, exc)
                     return
                 log.warning("lease heartbeat on %s failed, retrying: %s", self.target, exc)
