@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
+
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
 
@@ -80,7 +82,7 @@ def set_scene(
     offsets = _produce(settings, topic, history)
     say(
         f"[bold]1. the scene[/]: {len(history.events):,} events of {history.orders:,} orders by "
-        f"{history.customers:,} customers over {domain.DAYS} days in topic {topic} "
+        f"{history.customers:,} customers over {domain.DAYS} days in topic {escape(topic)} "
         f"({PARTITIONS} partitions), "
         f"{sum(history.malformed.values())} of them malformed on purpose ({time.monotonic() - t0:.1f} s)"
     )
@@ -96,13 +98,13 @@ def set_scene(
     _write_iceberg_model(catalog, model_table, v1)
     sqlite_path = settings.state_dir / f"{prefix}-read-models.sqlite"
     _write_sqlite_model(sqlite_path, v1)
-    say(f"   v1 projection wrote {len(v1):,} orders to Iceberg {model_table} and to SQLite {sqlite_path}")
+    say(f"   v1 projection wrote {len(v1):,} orders to Iceberg {escape(model_table)} and to SQLite {escape(str(sqlite_path))}")
 
     t0 = time.monotonic()
     archived = archive_once(settings, [topic], archive_table, spark=spark)
     log_start = _first_offsets_at(history, offsets, domain.ms(window.seam))
     say(
-        f"   archived {archived.records:,} records into {archive_table} ({time.monotonic() - t0:.1f} s); "
+        f"   archived {archived.records:,} records into {escape(archive_table)} ({time.monotonic() - t0:.1f} s); "
         f"records before {window.seam:%Y-%m-%d} declared beyond the log start "
         f"(offsets {', '.join(f'p{p}:{o}' for p, o in sorted(log_start.items()))})"
     )

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
+
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
 from rewind.demo.live import OrderProducer, StatusService, sqlite_time
@@ -191,7 +193,7 @@ def run_shadow_story(
     producer = OrderProducer(conf, scene.topic, PARTITIONS, orders_per_s, seed)
     producer.start()
     say(
-        f"[bold]1. live[/]: the order_status service (group {group}) keeps v1 in {db} "
+        f"[bold]1. live[/]: the order_status service (group {escape(group)}) keeps v1 in {escape(str(db))} "
         f"({len(read_status_v1(db)):,} orders); new orders arrive at {orders_per_s:g}/s"
     )
     result.step("scene", t0, **scene.facts(), v1_orders=len(read_status_v1(db)))
@@ -199,7 +201,7 @@ def run_shadow_story(
     tail = None
     try:
         t0 = time.monotonic()
-        say(f"[bold]2. shadow start[/] {name}: the history (archive + log) into v2, then the live tail")
+        say(f"[bold]2. shadow start[/] {escape(name)}: the history (archive + log) into v2, then the live tail")
         first = start_shadow(settings, spec, stop=lambda _: True, sample_s=1.0)
         tail = _Tail(settings, spec)
         tail.start()
@@ -239,7 +241,7 @@ def run_shadow_story(
     expect(done["state"] == "cutover", "cutover", f"the shadow is {done['state']}")
     v2 = StatusService(conf, scene.topic, group, db, TABLE, with_stage=True)
     v2.start()
-    say(f"[bold]3. cutover --hard[/]: cut line proven, v2 swapped in ({cut}); the new service resumes")
+    say(f"[bold]3. cutover --hard[/]: cut line proven, v2 swapped in ({escape(str(cut))}); the new service resumes")
     result.step("cutover", t0, tail_batches=tailed["batches"], swap=cut)
 
     t0 = time.monotonic()

@@ -30,6 +30,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
+
 from rewind.core.console import QuietConsole, RunProgress
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
@@ -267,7 +269,7 @@ def _plan(settings: Settings, spec: Any, scene: Scene, window: Window, say: Say)
         f"plan covers {records} offsets, the topic has {scene.in_read_window} in the window",
     )
     for line in _plan_lines(plan):
-        say(f"   {line}")
+        say(f"   {escape(line)}")
     return plan
 
 
