@@ -98,13 +98,17 @@ def set_scene(
     _write_iceberg_model(catalog, model_table, v1)
     sqlite_path = settings.state_dir / f"{prefix}-read-models.sqlite"
     _write_sqlite_model(sqlite_path, v1)
-    say(f"   v1 projection wrote {len(v1):,} orders to Iceberg {escape(model_table)} and to SQLite {escape(str(sqlite_path))}")
+    say(
+        f"   v1 projection wrote {len(v1):,} orders to Iceberg {escape(model_table)} "
+        f"and to SQLite {escape(str(sqlite_path))}"
+    )
 
     t0 = time.monotonic()
     archived = archive_once(settings, [topic], archive_table, spark=spark)
     log_start = _first_offsets_at(history, offsets, domain.ms(window.seam))
     say(
-        f"   archived {archived.records:,} records into {escape(archive_table)} ({time.monotonic() - t0:.1f} s); "
+        f"   archived {archived.records:,} records into {escape(archive_table)} "
+        f"({time.monotonic() - t0:.1f} s); "
         f"records before {window.seam:%Y-%m-%d} declared beyond the log start "
         f"(offsets {', '.join(f'p{p}:{o}' for p, o in sorted(log_start.items()))})"
     )

@@ -201,7 +201,10 @@ def run_shadow_story(
     tail = None
     try:
         t0 = time.monotonic()
-        say(f"[bold]2. shadow start[/] {escape(name)}: the history (archive + log) into v2, then the live tail")
+        say(
+            f"[bold]2. shadow start[/] {escape(name)}: "
+            "the history (archive + log) into v2, then the live tail"
+        )
         first = start_shadow(settings, spec, stop=lambda _: True, sample_s=1.0)
         tail = _Tail(settings, spec)
         tail.start()
@@ -241,7 +244,10 @@ def run_shadow_story(
     expect(done["state"] == "cutover", "cutover", f"the shadow is {done['state']}")
     v2 = StatusService(conf, scene.topic, group, db, TABLE, with_stage=True)
     v2.start()
-    say(f"[bold]3. cutover --hard[/]: cut line proven, v2 swapped in ({escape(str(cut))}); the new service resumes")
+    say(
+        f"[bold]3. cutover --hard[/]: cut line proven, v2 swapped in ({escape(str(cut))}); "
+        "the new service resumes"
+    )
     result.step("cutover", t0, tail_batches=tailed["batches"], swap=cut)
 
     t0 = time.monotonic()
