@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=15
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce bench-scale clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -69,6 +69,11 @@ bench-reconsume: install
 bench-reproduce: install
 	$(BIN)/python bench/reproduce.py --rows 200000
 	$(BIN)/python bench/reproduce.py --rows 1000000
+
+# 1M and 5M records by default; SIZES=1,5,20 adds the optional 20M run
+SIZES ?= 1,5
+bench-scale: install
+	$(BIN)/python bench/scale.py --sizes $(SIZES)
 
 clean:
 	rm -rf $(VENV) .rewind .pytest_cache
