@@ -153,7 +153,12 @@ class TableUnits:
         schema = schema_from_b64(ctx.output_schema_b64)
         user_schema = pa.schema([f for f in schema if not f.name.startswith("_rewind_")])
         pctx = ProcessContext(
-            ctx.run_id, unit.id, transform_name(spec.translate), spec.translate.version, datetime.now(UTC)
+            ctx.run_id,
+            unit.id,
+            transform_name(spec.translate),
+            spec.translate.version,
+            datetime.now(UTC),
+            id_scheme="table",
         )
         pacer = self._pacer()
         skip = set(ctx.skip_partitions)

@@ -29,7 +29,7 @@ from rewind.translate.decoder import Decoder, as_batch
 from rewind.translate.exceptions import TranslateOutputError
 from rewind.translate.failures import Failure
 from rewind.translate.functions import Translator, apply_translate
-from rewind.translate.lineage import LINEAGE_SCHEMA, lineage_arrays, optional_lineage
+from rewind.translate.lineage import LINEAGE_SCHEMA, IdScheme, lineage_arrays, optional_lineage
 from rewind.translate.quarantine import quarantine_table
 
 
@@ -47,6 +47,8 @@ class ProcessContext:
     transform: str
     version: str
     extracted_at: datetime
+    id_scheme: IdScheme = "sha256"
+    """``table`` for rows of a table source: cheaper event ids (:mod:`rewind.translate.lineage`)."""
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,7 @@ def process_batch(
         version=ctx.version,
         run_id=ctx.run_id,
         extracted_at=ctx.extracted_at,
+        id_scheme=ctx.id_scheme,
     )
     table = pa.Table.from_arrays([*user_arrays, *lineage], schema=pa.schema([*user_fields, *LINEAGE_SCHEMA]))
     if source_system is not None or effective_time_column is not None:
