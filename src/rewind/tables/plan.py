@@ -270,7 +270,7 @@ def _sample(
         return
     finally:
         rows.close()  # ends the query (a generator left open would hold its connection)
-    if first is None or not first.rows:
+    if first is None or not len(first):
         out.facts = {"sample_records": 0}
         return
     batch = as_records(first, key, label, 0, 0, datetime.now(UTC))

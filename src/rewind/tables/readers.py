@@ -10,7 +10,7 @@ process that uses it; :meth:`TableReader.close` releases it. What a reader answe
   sorted as the database sorts them (its collation: the ranges are then evaluated by the same
   database, so a key is in exactly one range);
 * :meth:`~TableReader.read`: the selected rows of ``[lo, hi)`` in key order, in batches of
-  column names and row tuples.
+  column names and row tuples or Arrow record batches (:class:`Rows`).
 
 Rows whose key is null are never selected: a record needs a key.
 """
@@ -37,10 +37,29 @@ class Selection:
 
 @dataclass(frozen=True)
 class Rows:
-    """A batch of rows in key order: column names and one tuple per row."""
+    """A batch of rows in key order: column names and one tuple per row, or (a reader that reads
+    columns, like SQLite's through ADBC) an Arrow batch of them, with no Python object per value."""
 
     columns: tuple[str, ...]
-    rows: Sequence[Sequence[Any]]
+    rows: Sequence[Sequence[Any]] = ()
+    batch: Any = None
+    """A ``pyarrow.RecordBatch`` of the rows (then ``rows`` is empty)."""
+
+    def __len__(self) -> int:
+        return int(self.batch.num_rows) if self.batch is not None else len(self.rows)
+
+    def values(self, column: str) -> list[Any]:
+        """One column's values as Python objects."""
+        if self.batch is not None:
+            return list(self.batch.column(column).to_pylist())
+        at = self.columns.index(column)
+        return [row[at] for row in self.rows]
+
+    def row(self, position: int) -> Sequence[Any]:
+        """One row's values, in column order."""
+        if self.batch is not None:
+            return tuple(self.batch.slice(position, 1).to_pylist()[0].values())
+        return self.rows[position]
 
 
 class TableReader(ABC):

@@ -54,6 +54,8 @@ def _keys(column: pa.Array, values: tuple[Any, ...] | list[Any]) -> pa.Array:
 
     if pa.types.is_integer(column.type) or pa.types.is_string(column.type):
         return column.cast(pa.string()).cast(pa.binary())
+    if not values and len(column):
+        values = column.to_pylist()
     return pa.array([None if v is None else key_bytes(v) for v in values], pa.binary())
 
 
@@ -66,14 +68,19 @@ def as_records(
 
     from rewind.core.arrow import kafka_record_schema
 
-    n = len(rows.rows)
+    n = len(rows)
     at = rows.columns.index(key_column)
-    columns = list(zip(*rows.rows, strict=True)) if n else [() for _ in rows.columns]
-    values = [_column(c) for c in columns]
+    if rows.batch is not None:  # columns already: an all-null column is typed null, as from tuples
+        values = [c if c.null_count < n or n == 0 else pa.nulls(n) for c in rows.batch.columns]
+        key_array = _keys(values[at], ())
+    else:
+        columns = list(zip(*rows.rows, strict=True)) if n else [() for _ in rows.columns]
+        values = [_column(c) for c in columns]
+        key_array = _keys(values[at], columns[at])
     micros = int(extracted_at.timestamp() * 1_000_000)
     record = kafka_record_schema(False)
     arrays = [
-        _keys(values[at], columns[at]),
+        key_array,
         pa.nulls(n, pa.binary()),
         pa.repeat(pa.scalar(label, pa.string()), n),
         pa.repeat(pa.scalar(range_number, pa.int32()), n),
@@ -95,7 +102,7 @@ def row_values(rows: Rows, positions: list[int]) -> list[bytes]:
     options = orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS
     names = rows.columns
     return [
-        orjson.dumps(dict(zip(names, rows.rows[i], strict=True)), default=_default, option=options)
+        orjson.dumps(dict(zip(names, rows.row(i), strict=True)), default=_default, option=options)
         for i in positions
     ]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -218,6 +219,55 @@ class SqlReader(TableReader):
                 yield Rows(columns, part)  # Row objects are sequences: no copy
 
     def _read_sqlite(
+        self, conn: Connection, sql: str, params: dict[str, Any], batch_rows: int
+    ) -> Generator[Rows, None, None]:
+        """The rows as Arrow batches, read by SQLite's ADBC driver (no Python object per value:
+        ~4x cheaper per row than tuples from sqlite3), in one read transaction.
+
+        The driver types each column from the first batch of a statement and fails on a later
+        value of another type (SQLite's columns are dynamically typed); the statement is then run
+        again in the same transaction (the same snapshot, the same order) from the first row not
+        yet handed out, typed anew from there. Without the driver: :meth:`_read_sqlite_rows`.
+        """
+        try:
+            from adbc_driver_sqlite import dbapi
+        except ImportError:  # pragma: no cover - a dependency; kept for a trimmed install
+            yield from self._read_sqlite_rows(conn, sql, params, batch_rows)
+            return
+        from urllib.parse import quote
+
+        text = sql.replace("\\:", ":")
+        path = os.path.abspath(self.url[len("sqlite:///") :])
+        names = list(dict.fromkeys(re.findall(r"(?<![\\:]):(\w+)", sql)))  # numbered by first use
+        values = [params[name] for name in names]
+        db = dbapi.connect(f"file:{quote(path)}?mode=ro", autocommit=False)
+        try:
+            done = 0
+            while True:
+                cursor = db.cursor()
+                cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+                statement = text if not done else f"{text} LIMIT -1 OFFSET {done}"
+                try:
+                    cursor.execute(statement, values or None)
+                    reader = cursor.fetch_record_batch()
+                except Exception as exc:
+                    raise TableSourceError(
+                        "source.table", f"SQLite refused the read: {_first_line(exc)}"
+                    ) from None
+                try:
+                    for batch in reader:
+                        done += batch.num_rows
+                        yield Rows(tuple(batch.schema.names), batch=batch)
+                    return
+                except Exception as exc:
+                    if "type mismatch" not in str(exc).lower():
+                        raise
+                finally:
+                    cursor.close()
+        finally:
+            db.close()
+
+    def _read_sqlite_rows(
         self, conn: Connection, sql: str, params: dict[str, Any], batch_rows: int
     ) -> Generator[Rows, None, None]:
         """The rows through the sqlite3 cursor itself (tuples, without SQLAlchemy's rows); the

@@ -168,7 +168,7 @@ class TableUnits:
         offset = 0
         try:
             for rows in ctx.reader.read(ctx.selection, lo, hi, ctx.batch_rows):  # 2.
-                n = len(rows.rows)
+                n = len(rows)
                 if pacer is not None:
                     pacer.acquire(n, 0, time.sleep)
                 first = offset
@@ -176,7 +176,7 @@ class TableUnits:
                 offset += n
                 reporter.add(unit.id, n)
                 if skip:  # 3. entities of blocked partitions: read, filtered, never produced
-                    keys = [key_bytes(row[rows.columns.index(table.key)]) for row in rows.rows]
+                    keys = [key_bytes(value) for value in rows.values(table.key)]
                     placed = partitions_for(keys, ctx.partitions, ctx.partitioner)  # type: ignore[arg-type]
                     keep = pa.array([p not in skip for p in placed])
                     left_out = n - pc.sum(keep).as_py()
