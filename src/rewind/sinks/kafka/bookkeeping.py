@@ -354,14 +354,22 @@ def ensure_bookkeeping_topic(conf: dict[str, Any], admin: AdminClient, topic: st
 
 
 def write_bookkeeping(conf: dict[str, Any], topic: str, key: str, value: dict[str, Any]) -> None:
-    """One record to ``rewind.commits`` with an idempotent producer, flushed and checked."""
+    """One record to ``rewind.commits``, flushed and checked.
+
+    Not an idempotent producer: librdkafka's starts by waiting ~0.5 s for a broker to give it a
+    producer id (its PID timer, measured on every such client), which was half a re-produce's
+    staging preparation. One record per producer cannot be reordered, and a retried duplicate
+    is harmless: every record written here is keyed and read by its kind (the first
+    ``prepared`` wins; ``publication`` and ``deleted`` say the same thing twice).
+    """
     from rewind.kafka.clients import producer as make_producer
 
     errors: list[str] = []
     producer = make_producer(
         conf,
         **{
-            "enable.idempotence": True,
+            "enable.idempotence": False,
+            "acks": "all",
             "linger.ms": 0,
             "on_delivery": lambda err, _m: errors.append(err.str()) if err else None,
         },
@@ -378,6 +386,4 @@ def write_bookkeeping(conf: dict[str, Any], topic: str, key: str, value: dict[st
         with contextlib.suppress(Exception):
             producer.close()
     if left or errors:
-        raise KafkaSinkError(
-            f"could not write {key} to {topic}: {errors[0] if errors else 'not delivered'}"
-        )
+        raise KafkaSinkError(f"could not write {key} to {topic}: {errors[0] if errors else 'not delivered'}")
