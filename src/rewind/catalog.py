@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rewind.config import Settings
+from rewind.core.store import WarehouseStore, activate
 from rewind.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -18,6 +19,8 @@ def load_catalog(settings: Settings) -> Catalog:
     props = settings.catalog_properties()
     if not settings.catalog.properties:  # the embedded default: its folders may not exist yet
         (settings.state_path / "warehouse").mkdir(parents=True, exist_ok=True)
+    # the files Rewind itself reads and writes go through the catalog's FileIO properties
+    activate(WarehouseStore.from_catalog_properties(props))
     try:
         return _load(settings.catalog.name, **props)
     except (ValueError, NotImplementedError, ImportError) as exc:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.parquet import open_writer
+from rewind.core.store import WarehouseStore, active_store
 from rewind.history.schema import arrow_schema, tp_key
 from rewind.spark.kafka_fetch import partitions_in
 
@@ -43,6 +44,8 @@ class TaskContext:
     data_folder: str
     archived_at_us: int
     floors: dict[str, int] = field(default_factory=dict)
+    store: WarehouseStore = field(default_factory=active_store)
+    """The warehouse's filesystem properties, captured in the driver (:mod:`rewind.core.store`)."""
 
 
 class _File:
@@ -78,7 +81,7 @@ class _File:
     def _open(self) -> None:
         where = f"{self.topic}-{self.partition}-d{self.day}"
         prefix = f"archive-{self.ctx.pass_id}-{where}"
-        self.writer, self.path = open_writer(self.ctx.data_folder, prefix, self.schema)
+        self.writer, self.path = open_writer(self.ctx.data_folder, prefix, self.schema, self.ctx.store)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rewind.core.ranges import OffsetRange
+from rewind.core.store import WarehouseStore
 from rewind.history.exceptions import CoverageError
 from rewind.history.files import merged_by_partition, plan_files
 from rewind.history.schema import open_archive
@@ -69,6 +70,7 @@ def read_ranges_from_archive(
 
     from rewind.catalog import load_catalog
     from rewind.spark.kafka_source import spark_schema
+    from rewind.spark.parquet_files import read_parquet_files
 
     catalog = catalog or load_catalog(settings)
     table = open_archive(catalog, archive_table)
@@ -76,7 +78,10 @@ def read_ranges_from_archive(
     if not files:
         schema: StructType = spark_schema(include_headers)
         return spark.createDataFrame([], schema)
-    df = spark.read.schema(_archive_spark_schema()).parquet(*[f.path for f in files])
+    archive_schema = StructType.fromDDL(_archive_spark_schema())
+    assert isinstance(archive_schema, StructType)
+    store = WarehouseStore.from_catalog_properties(table.io.properties)
+    df = read_parquet_files(spark, [f.path for f in files], archive_schema, store=store)
     return df.where(_range_condition(ranges)).selectExpr(*_kafka_columns(include_headers))
 
 

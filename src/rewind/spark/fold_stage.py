@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from rewind.core.columns import (
     SOURCE_TOPIC,
 )
 from rewind.core.parquet import write_parquet
+from rewind.core.store import WarehouseStore, active_store
 from rewind.errors import RewindError
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class FoldContext:
     data_folder: str
     window_column: str | None = None
     window: tuple[datetime, datetime] | None = None
+    store: WarehouseStore = field(default_factory=active_store)
+    """The warehouse's filesystem properties, captured in the driver (:mod:`rewind.core.store`)."""
 
 
 @dataclass
@@ -164,7 +167,7 @@ class FoldPartitions:
         path = ""
         if len(frame):
             out = pa.Table.from_pandas(frame, preserve_index=False).select(schema.names).cast(schema)
-            path = write_parquet(ctx.data_folder, out, f"{ctx.run_id}-fold")
+            path = write_parquet(ctx.data_folder, out, f"{ctx.run_id}-fold", ctx.store)
         yield pa.RecordBatch.from_pylist(
             [{"data_file": path, "counts": json.dumps(counts.to_dict())}],
             schema=pa.schema([("data_file", pa.string()), ("counts", pa.string())]),

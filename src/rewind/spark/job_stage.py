@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import RecordCounts
 from rewind.core.parquet import open_writer
+from rewind.core.store import WarehouseStore, active_store
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.spark.kafka_fetch import partitions_in
 from rewind.spark.progress_channel import PROGRESS_OPTION, ProgressAddress, TaskReporter
+from rewind.spark.stage_clock import StageClock, TimedDecoder, add_stage_seconds
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
 ArchiveReader = Callable[[list["OffsetRange"]], "DataFrame"]
 """Reads offset ranges from the lake archive as a DataFrame in Kafka's schema."""
 
-RESULT_SCHEMA = "unit_id string, data_file string, quarantine_file string, counts string"
+RESULT_SCHEMA = "unit_id string, data_file string, quarantine_file string, counts string, stages string"
 
 _ERROR_LINE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))(?:: (.*))?")
 
@@ -62,6 +65,8 @@ class StageContext:
     """Where tasks report records read while the wave runs (:mod:`rewind.spark.progress_channel`)."""
     latest: LatestPerKey | None = None
     """``source.kafka.latest_per_key``: the records to process (:mod:`rewind.spark.latest_per_key`)."""
+    store: WarehouseStore = field(default_factory=active_store)
+    """The warehouse's filesystem properties, captured in the driver (:mod:`rewind.core.store`)."""
 
 
 @dataclass
@@ -70,6 +75,11 @@ class UnitOutput:
     data_files: list[str] = field(default_factory=list)
     quarantine_files: list[str] = field(default_factory=list)
     counts: RecordCounts = field(default_factory=RecordCounts)
+    stage_s: dict[str, float] = field(default_factory=dict)
+    """Seconds per task stage (:mod:`rewind.spark.stage_clock`) of the tasks that reported them
+    with this unit (each task reports its own with its first unit)."""
+    bytes_read: dict[str, int] = field(default_factory=dict)
+    """Record bytes read per source (``kafka``, ``archive``), reported like ``stage_s``."""
 
 
 class _UnitFiles:
@@ -85,7 +95,7 @@ class _UnitFiles:
 
     def _open(self, folder: str, schema: pa.Schema, kind: str) -> tuple[Any, str]:
         safe = self.unit.id.replace("/", "_")
-        return open_writer(folder, f"{self.ctx.run_id}-{kind}-{safe}", schema)
+        return open_writer(folder, f"{self.ctx.run_id}-{kind}-{safe}", schema, self.ctx.store)
 
     def write(self, rows: pa.Table, quarantine: pa.Table) -> None:
         if rows.num_rows:
@@ -126,7 +136,8 @@ class ProcessUnits:
         from rewind.translate.process import ProcessContext, process_batch
 
         spec = JobSpec.model_validate_json(self.ctx.spec_json)
-        decoder = make_decoder(spec.decode)
+        clock = StageClock()
+        decoder: Any = TimedDecoder(make_decoder(spec.decode), clock)
         translator = make_translator(spec.translate)
         schema = schema_from_b64(self.ctx.output_schema_b64)
         user_schema = pa.schema([f for f in schema if not f.name.startswith("_rewind_")])
@@ -140,7 +151,7 @@ class ProcessUnits:
         # Kafka units are reported by the reader as it fetches (batches reach this function
         # only in Spark's large Arrow batches); archive units are reported here
         reporter = TaskReporter(self.ctx.progress)
-        for batch in batches:
+        for batch in clock.timed_iter(batches):
             if batch.num_rows == 0:
                 continue
             table = pa.Table.from_batches([batch])
@@ -157,6 +168,7 @@ class ProcessUnits:
                         continue
                     if unit.source == "archive":
                         reporter.add(unit.id, in_unit.num_rows)
+                    clock.add_bytes(unit.source, in_unit)
                     left_out = None
                     if self.ctx.latest is not None:
                         in_unit, left_out = self.ctx.latest.split(in_unit, topic, partition)
@@ -166,23 +178,32 @@ class ProcessUnits:
                     if in_unit.num_rows == 0:
                         continue
                     ctx = ProcessContext(self.ctx.run_id, unit.id, name, spec.translate.version, extracted_at)
+                    t0, decoding = time.perf_counter(), clock.seconds["decode"]
                     result = process_batch(
                         in_unit, decoder, translator, spec.key, ctx, output_schema=user_schema, **lineage
                     )
+                    t1 = time.perf_counter()
+                    clock.add("translate", t1 - t0 - (clock.seconds["decode"] - decoding))
                     out.write(result.rows, result.quarantine)
+                    clock.add("write", time.perf_counter() - t1)
                     out.counts = out.counts.merge(result.counts)
         reporter.close()
         rows = []
         for out in files.values():
+            t0 = time.perf_counter()
             done = out.close()
+            clock.add("write", time.perf_counter() - t0)
             rows.append(
                 {
                     "unit_id": done.unit_id,
                     "data_file": json.dumps(done.data_files),
                     "quarantine_file": json.dumps(done.quarantine_files),
                     "counts": json.dumps(done.counts.to_dict()),
+                    "stages": "{}",
                 }
             )
+        if rows:  # the task's stage seconds ride with its first unit
+            rows[0]["stages"] = json.dumps(clock.to_dict())
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=_result_arrow_schema())
 
@@ -196,6 +217,7 @@ def _result_arrow_schema() -> pa.Schema:
             ("data_file", pa.string()),
             ("quarantine_file", pa.string()),
             ("counts", pa.string()),
+            ("stages", pa.string()),
         ]
     )
 
@@ -228,6 +250,10 @@ def run_wave(
         out.data_files += json.loads(row.data_file)
         out.quarantine_files += json.loads(row.quarantine_file)
         out.counts = out.counts.merge(RecordCounts.from_dict(json.loads(row.counts)))
+        task = json.loads(row.stages or "{}")
+        add_stage_seconds(out.stage_s, task.get("seconds") or {})
+        for source, n in (task.get("bytes") or {}).items():
+            out.bytes_read[source] = out.bytes_read.get(source, 0) + int(n)
     return outputs
 
 

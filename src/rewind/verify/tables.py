@@ -1,7 +1,8 @@
 """Materialise a Spark DataFrame as an Iceberg table: a reference computed once and kept.
 
 Spark writes Parquet files into the table's data folder (timestamps as INT64 microseconds,
-which Iceberg reads; never INT96), then pyiceberg adds them in one commit. For tables
+which Iceberg reads; never INT96), or the Python tasks do through pyarrow when the warehouse is
+an object store Spark cannot reach; then pyiceberg adds them in one commit. For tables
 verified against, tests and benchmarks; the job's own sink writes through
 :class:`rewind.sinks.iceberg.IcebergSink`.
 """
@@ -26,11 +27,20 @@ def dataframe_to_iceberg(spark: SparkSession, df: DataFrame, catalog: Catalog, t
     import pyarrow.fs as pafs
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from rewind.core.store import WarehouseStore, is_local_uri
+    from rewind.spark.parquet_files import write_parquet_files
+
     namespace = table.rpartition(".")[0]
     catalog.create_namespace_if_not_exists(namespace)
     schema = to_arrow_schema(df.schema)
     created = catalog.create_table(table, schema=schema)
     folder = f"{created.location().rstrip('/')}/data/{uuid.uuid4().hex}"
+    if not is_local_uri(folder):
+        store = WarehouseStore.from_catalog_properties(created.io.properties)
+        files = write_parquet_files(df, folder, "part", store=store)
+        if files:
+            created.add_files(files)
+        return catalog.load_table(table)
     previous = spark.conf.get("spark.sql.parquet.outputTimestampType", None)
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     try:

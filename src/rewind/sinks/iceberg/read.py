@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.store import WarehouseStore
 from rewind.sinks.iceberg.staging import IcebergSinkError
 
 if TYPE_CHECKING:
@@ -13,7 +14,8 @@ if TYPE_CHECKING:
 
 
 def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFrame:
-    """Read an Iceberg table (at a ref) into Spark: pyiceberg plans the files, Spark reads them.
+    """Read an Iceberg table (at a ref) into Spark: pyiceberg plans the files, Spark reads them
+    (local files) or the Python tasks do (an object store: :mod:`rewind.spark.parquet_files`).
 
     Refuses what this simple path cannot read correctly: row-level delete files.
     """
@@ -39,7 +41,10 @@ def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFr
         return spark.createDataFrame(
             pa.Table.from_batches([], schema=schema).to_pandas(), _spark_schema(schema)
         )
-    return spark.read.schema(_spark_schema(schema)).parquet(*paths)
+    from rewind.spark.parquet_files import read_parquet_files
+
+    store = WarehouseStore.from_catalog_properties(table.io.properties)
+    return read_parquet_files(spark, paths, _spark_schema(schema), store=store)
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
