@@ -72,9 +72,8 @@ HeaderColumn = tuple[str, Any] | list[tuple[str, Any]]
 class EncodedBatch:
     """Aligned per-row lists of one batch, ready for :meth:`RecordEncoder.produce`.
 
-    The JSON values are not built here but inside the produce loop, one at a time: orjson
-    output kept alive in a list costs about 2 µs a value more (measured) than output handed
-    to librdkafka, which copies it, and freed at once.
+    ``columns`` holds one list: the batch's values, JSON made a column at a time
+    (:mod:`rewind.sinks.kafka.json_values`) or Avro.
     """
 
     columns: list[list[Any]]
@@ -113,8 +112,8 @@ ProduceFn = Callable[..., None]
 class RecordEncoder:
     """Encodes Arrow batches of output rows into Kafka records (see the module docstring).
 
-    ``values``, when given, makes each batch's values at once (Avro); otherwise each JSON
-    value is made inside the produce loop.
+    ``values``, when given, makes each batch's values (Avro); otherwise they are JSON objects
+    of the user columns, made a column at a time (:func:`~rewind.sinks.kafka.json_values.json_values`).
     """
 
     def __init__(
@@ -129,8 +128,8 @@ class RecordEncoder:
         missing = [k for k in self.key_columns if k not in self.user]
         if missing:
             raise ValueError(f"key column(s) {missing} are not output columns")
-        self._values = values
-        self._loop = _produce_loop(self.user) if values is None else _produce_loop(["value"], prebuilt=True)
+        self._values = values if values is not None else self._json_values
+        self._loop = _produce_loop(["value"], prebuilt=True)
         self._composite_key = _row_json(list(self.key_columns)) if len(self.key_columns) > 1 else None
 
     def encode(self, batch: pa.RecordBatch) -> EncodedBatch:
@@ -138,8 +137,7 @@ class RecordEncoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        wanted = self.user if self._values is None else self.key_columns
-        columns = {name: json_ready(batch.column(name)) for name in wanted}
+        columns = {name: json_ready(batch.column(name)) for name in self.key_columns}
         event_ids = _plain(batch.column(EVENT_ID))
         topics = batch.column(SOURCE_TOPIC)
         partitions = batch.column(SOURCE_PARTITION)
@@ -150,7 +148,7 @@ class RecordEncoder:
         millis = batch.column(SOURCE_TIMESTAMP).cast(pa.timestamp("ms", "UTC"), safe=False).cast(pa.int64())
         synthetic = pc.if_else(batch.column(SYNTHETIC), "true", "false")
         return EncodedBatch(
-            columns=[columns[n] for n in self.user] if self._values is None else [self._values(batch)],
+            columns=[self._values(batch)],
             keys=self._keys(batch, columns, event_ids),
             timestamps=_plain(pc.fill_null(millis, 0)),
             source_topics=_plain(topics),
@@ -168,11 +166,12 @@ class RecordEncoder:
 
     def values(self, encoded: EncodedBatch) -> list[bytes]:
         """The values of a batch as a list (for tests and small batches)."""
-        if self._values is not None:
-            return list(encoded.columns[0])
-        if not self.user:
-            return [b"{}"] * len(encoded)
-        return _row_json(self.user)(*encoded.columns)
+        return list(encoded.columns[0])
+
+    def _json_values(self, batch: pa.RecordBatch) -> list[bytes]:
+        from rewind.sinks.kafka.json_values import json_values
+
+        return json_values(batch, self.user)
 
     def produce(
         self,
