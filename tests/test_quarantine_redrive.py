@@ -83,6 +83,15 @@ def test_redrive_after_a_fix(tmp_path: Any, bootstrap: str, spark: Any) -> None:
     assert data["by_reason"]["translate-error: ValueError: fifth order"] == 6
     assert list_quarantine(settings, outcome.run_id, reason="unlucky")["records"] == 1
 
+    # killed between the re-drive's quarantine commit and its sink commit: the next call
+    # re-drives the same records under the same id, and nothing lands twice (checked below)
+    killed = subprocess.run(
+        [jf.REWIND_BIN, "quarantine", "redrive", outcome.run_id, "--translate-version", "2"],
+        cwd=tmp_path,
+        env=jf.child_env(settings, REWIND_TEST_FIXED="1", REWIND_FAULT="after-redrive-quarantine-commit"),
+        capture_output=True, text=True, timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr
     os.environ["REWIND_TEST_FIXED"] = "1"
     try:
         done = redrive(settings, outcome.run_id, translate_version="2")
@@ -109,6 +118,10 @@ def test_redrive_after_a_fix(tmp_path: Any, bootstrap: str, spark: Any) -> None:
     with open_ledger(settings) as ledger:
         entries = [a.details for a in ledger.audit_log(outcome.run_id) if a.action == "redrive"]
     assert [(e["redrive"], e["emitted"], e["quarantined"]) for e in entries] == [(done["redrive"], 6, 2)]
+    from rewind.job.redrive import _quarantine_rows
+
+    units = _quarantine_rows(settings, spec.quarantine.table, outcome.run_id).column("unit_id").to_pylist()
+    assert units.count(done["redrive"]) == 2, "the killed re-drive's quarantine rows once"
 
 
 def test_redrive_of_an_unknown_run_is_one_line(tmp_path: Any, bootstrap: str) -> None:

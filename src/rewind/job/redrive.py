@@ -28,6 +28,7 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rewind import faults
 from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.core.parquet import write_parquet
 from rewind.errors import RewindError
@@ -221,6 +222,7 @@ def redrive(
         if quarantine.num_rows and unit_id not in qsink.committed_units(qstaging, run_id):
             qfile = write_parquet(qsink.data_folder(qstaging), quarantine, unit_id)
             qsink.commit(qstaging, run_id, [unit_id], [qfile])
+        faults.point("after-redrive-quarantine-commit")
         rows = result.rows.select(schema.names).cast(schema)
         files = [write_parquet(sink.data_folder(staging), rows, unit_id)] if rows.num_rows else []
         counts = result.counts.to_dict()
