@@ -129,9 +129,14 @@ def run_table_wave(
     done_q: set[str],
     live: LiveProgress,
     base: RunProgress,
+    timings: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Steps 2-4 for one wave (``base``: the run's committed progress before it); returns the
-    per-unit counts as committed."""
+    per-unit counts as committed. ``timings`` (``rewind rehearse``) hears the wave's seconds in
+    Spark (read, translate and each unit's produce and commit, in the tasks) and of the
+    driver's commits (quarantine, ledger)."""
+    import time
+
     from rewind.ledger.models import UnitResult
     from rewind.sinks.kafka.bookkeeping import KafkaStaging
     from rewind.sinks.kafka.unit_writer import UnitWriter
@@ -183,8 +188,10 @@ def run_table_wave(
     )
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:  # 3.
+        t_spark = time.monotonic()
         with live.wave(base, wave):
             outputs = run_stage(spark, ctx, writer)
+        t_commit = time.monotonic()
     except Exception as exc:
         try:
             ledger.fail_units(run_id, [u.id for u in wave], _first_line(exc))
@@ -202,4 +209,13 @@ def run_table_wave(
     counts = {u: outputs[u].counts.to_dict() for u in ids}
     ledger.complete_units(run_id, [_result(UnitResult, u, outputs[u].counts) for u in ids])
     faults.point("after-ledger-update")
+    if timings is not None:
+        timings.append(
+            {
+                "units": len(ids),
+                "records": sum(outputs[u].counts.records_read for u in ids),
+                "spark_s": t_commit - t_spark,
+                "commit_s": time.monotonic() - t_commit,
+            }
+        )
     return counts

@@ -147,7 +147,7 @@ def execute(
 ) -> RunOutcome:
     """Run (or resume) ``run_id`` of ``plan`` to the end. See the module docstring for the steps.
 
-    ``timings`` (``rewind rehearse``) hears one entry per Kafka/archive wave: its units, records,
+    ``timings`` (``rewind rehearse``) hears one entry per wave: its units, records,
     seconds in Spark (read, decode, translate, write in the tasks) and seconds of its commits."""
     from rewind.job.components import make_sink
     from rewind.ledger import LeaseHeld
@@ -216,7 +216,7 @@ def execute(
                     if spec.source.table is not None:
                         reproduce.run_table_wave(
                             settings, ledger, plan, run_id, wave, unit_staging, qsink, qstaging,
-                            run.done_q, live, _progress(ledger, plan, run_id, live.started),
+                            run.done_q, live, _progress(ledger, plan, run_id, live.started), timings,
                         )
                     else:
                         _run_wave(

@@ -16,15 +16,13 @@ Steps, each recorded in the rehearsal's ``steps``:
    plan (:mod:`rewind.job.cost` on the measured rates) and store it all in the ledger under
    the real spec's fingerprint (:mod:`rewind.ledger.evidence`).
 
-A rehearsal *passes* when every step did. Its live groups' lag (``live_groups:``) is sampled
-by readiness, not here. Only Iceberg sinks are rehearsed for now (one line otherwise): the
-throw-away copy of a PostgreSQL or Kafka target needs its own cleanup, not written yet.
+A rehearsal *passes* when every step did. Every sink and source kind is rehearsed: the
+throw-away target of each (an Iceberg or SQL table, a Kafka topic) and a table source's slice
+are described in :mod:`rewind.ops.throwaway`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import shutil
 import time
 import uuid
@@ -34,59 +32,25 @@ from urllib.parse import urlparse
 from rewind.core.console import QUIET, Console
 from rewind.core.slices import SliceError, slice_units
 from rewind.errors import RewindError
+from rewind.ops.throwaway import (
+    RehearsalError,
+    cleanup_targets,
+    slice_plan,
+    target_name,
+    throwaway_spec,
+    throwaway_verify,
+)
 
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
     from rewind.spec import JobSpec
 
+__all__ = ["RehearsalError", "rehearse"]
+
 
 SMALL_SLICE = 10_000
 """Below this many records a slice's rates are mostly fixed costs (said in the result's notes)."""
-
-
-class RehearsalError(RewindError):
-    """A rehearsal cannot start (bad slice, unsupported sink, refused plan): one line."""
-
-
-def throwaway_spec(spec: JobSpec, tag: str) -> JobSpec:
-    """The same job under another name, target and quarantine, with the default verify."""
-    from rewind.spec import JobSpec
-
-    if spec.sink.iceberg is None:
-        raise RehearsalError(
-            f"rewind rehearse supports Iceberg sinks for now; spec {spec.name} writes to "
-            f"{spec.sink.kind} (rehearse it with an Iceberg sink of the same output)"
-        )
-    if spec.source.table is not None:
-        raise RehearsalError(
-            "rewind rehearse reads Kafka or history sources; a table source is not sliced yet"
-        )
-    data = json.loads(spec.model_dump_json(by_alias=True))
-    data["name"] = f"{spec.name[:54]}-{tag}"
-    table = spec.sink.iceberg.table
-    data["sink"]["iceberg"]["table"] = f"{table}_{tag}"
-    namespace = table.rpartition(".")[0]
-    data["quarantine"] = {"table": f"{namespace}.rewind_quarantine_{tag}"}
-    data["verify"] = None
-    data.pop("shadow", None)
-    return JobSpec.model_validate(data)
-
-
-def slice_plan(plan: JobPlan, spec: JobSpec, *, fraction: float | None, records: int | None) -> JobPlan:
-    """``plan`` (of the throw-away spec) cut down to its slice, under its own plan id."""
-    from rewind.job.plan import plan_id_of
-
-    try:
-        units = slice_units(plan.units, fraction=fraction, records=records)
-    except SliceError as exc:
-        raise RehearsalError(str(exc)) from None
-    return dataclasses.replace(
-        plan,
-        plan_id=plan_id_of(spec.fingerprint() + "/rehearsal", units),
-        units=units,
-        offsets=sum(u.end - u.start for u in units),
-    )
 
 
 def rehearse(
@@ -110,14 +74,20 @@ def rehearse(
         raise RehearsalError(str(exc)) from None
     rehearsal_id = new_rehearsal_id()
     tag = "rh" + uuid.uuid4().hex[:6]
-    throw = throwaway_spec(spec, tag)
     real = build_plan(settings, spec)
     if not real.ok:
         gate = real.failed_gates()[0]
         raise RehearsalError(
             f"plan {real.plan_id} refused by gate {gate.name}: {gate.detail}; nothing rehearsed"
         )
-    plan = slice_plan(build_plan(settings, throw), throw, fraction=fraction, records=records)
+    throw = throwaway_spec(spec, tag, partitions=(real.read_plan.get("table") or {}).get("partitions"))
+    throw_plan = build_plan(settings, throw)
+    if not throw_plan.ok:
+        gate = throw_plan.failed_gates()[0]
+        raise RehearsalError(
+            f"the throw-away plan is refused by gate {gate.name}: {gate.detail}; nothing rehearsed"
+        )
+    plan = slice_plan(settings, throw_plan, throw, fraction=fraction, records=records)
     steps: dict[str, Any] = {}
     timings: list[dict[str, Any]] = []
     run_id: str | None = None
@@ -126,7 +96,8 @@ def rehearse(
         "spec_name": spec.name,
         "throwaway": {
             "name": throw.name,
-            "target": throw.sink.iceberg.table,  # type: ignore[union-attr]
+            "sink": throw.sink.kind,
+            "target": target_name(throw),
             "quarantine": throw.quarantine.table,
         },
         "slice": {
@@ -135,6 +106,7 @@ def rehearse(
             "offsets": plan.offsets,
             "of_offsets": real.offsets,
             "units": [u.to_dict() for u in plan.units],
+            **({"key_ranges": plan.read_plan["table"]["ranges"]} if spec.source.table is not None else {}),
         },
         "steps": steps,
     }
@@ -153,7 +125,7 @@ def rehearse(
             "seconds": round(outcome.seconds, 2),
         }
         details["counts"] = outcome.counts.to_dict()
-        _publish_steps(settings, run_id, steps)
+        _publish_steps(settings, run_id, steps, throw)
     except RewindError as exc:
         error = str(exc).splitlines()[0]
         steps.setdefault("run", {"ok": False, "error": error})
@@ -202,14 +174,13 @@ def rehearse(
     return {"rehearsal_id": stored.id, "fingerprint": stored.fingerprint, "passed": passed, **details}
 
 
-def _publish_steps(settings: Settings, run_id: str, steps: dict[str, Any]) -> None:
+def _publish_steps(settings: Settings, run_id: str, steps: dict[str, Any], throw: JobSpec) -> None:
     """Verify, promote onto the throw-away target, roll back: each recorded; stops at a failure."""
     from rewind.job.publish import promote_run, rollback_run
-    from rewind.spec.verify import Verify
     from rewind.verify.service import default_report_path, verify_run
 
     path = default_report_path(settings, run_id).with_suffix(".json")
-    report = verify_run(settings, run_id, path, verify=Verify())
+    report = verify_run(settings, run_id, path, verify=throwaway_verify(throw))
     steps["verify"] = {
         "ok": bool(report["passed"]),
         "failed": report["failed"],
@@ -225,15 +196,17 @@ def _publish_steps(settings: Settings, run_id: str, steps: dict[str, Any]) -> No
 
 
 def _cleanup(settings: Settings, throw: JobSpec, run_id: str | None, tag: str) -> dict[str, Any]:
-    """Drop the run's staging (``rewind cleanup``), then every table of the throw-away target's
-    and quarantine's namespaces whose name carries the rehearsal's tag (target, quarantine,
-    staging, scratch), and their files when the warehouse is a local folder."""
+    """Drop the run's staging (``rewind cleanup``: a Kafka sink's topic too), then every table of
+    the throw-away target's and quarantine's namespaces whose name carries the rehearsal's tag
+    (target, quarantine, staging, scratch), and their files when the warehouse is a local
+    folder; then what is left of a throw-away SQL table or topic (:func:`cleanup_targets`)."""
     from rewind.catalog import load_catalog
     from rewind.job.publish import cleanup_run
 
     out: dict[str, Any] = {"ok": True, "dropped": [], "files": []}
     catalog = load_catalog(settings)
-    namespaces = {n.rpartition(".")[0] for n in (throw.sink.iceberg.table, throw.quarantine.table) if n}  # type: ignore[union-attr]
+    iceberg = throw.sink.iceberg.table if throw.sink.iceberg is not None else None
+    namespaces = {n.rpartition(".")[0] for n in (iceberg, throw.quarantine.table) if n}
 
     def tagged() -> list[str]:
         found = []
@@ -257,7 +230,12 @@ def _cleanup(settings: Settings, throw: JobSpec, run_id: str | None, tag: str) -
         if parsed.scheme in ("", "file"):
             shutil.rmtree(parsed.path, ignore_errors=True)
             out["files"].append(location)
-    left = tagged()
+    try:
+        other = cleanup_targets(settings, throw, tag)
+    except RewindError as exc:
+        other = {"dropped": [], "left": [f"? ({str(exc).splitlines()[0]})"]}
+    out["dropped"] += other["dropped"]
+    left = tagged() + other["left"]
     if left:
         out["ok"], out["left"] = False, left
     return out
@@ -267,9 +245,10 @@ def _measure(
     settings: Settings, spec: JobSpec, plan: JobPlan, timings: list[dict[str, Any]], cores: int
 ) -> dict[str, Any]:
     """Stage rates, the bottleneck, quarantine rates and the rates the cost model uses."""
-    from rewind.ops.stage_rates import measure_stages
+    from rewind.ops.stage_rates import measure_stages, read_table_sample
 
-    measured = measure_stages(settings.kafka_config(), spec, plan.units, timings)
+    sample = read_table_sample(settings, spec, plan.read_plan) if spec.source.table is not None else None
+    measured = measure_stages(settings.kafka_config(), spec, plan.units, timings, sample)
     records = sum(t["records"] for t in timings)
     spark_s = sum(t["spark_s"] for t in timings)
     units = sum(t["units"] for t in timings)
