@@ -5,8 +5,10 @@ on real tansu, Spark and Iceberg: (1) a full replay; (2) the first part of the h
 an offset map cutting through many orders, promoted and snapshotted with
 ``rewind snapshot create`` (a tag and its recorded offsets); (3) a run from that snapshot that
 reads only the events after those offsets. (3) must hold exactly (1)'s rows, lineage included
-(only the run id and extraction time differ). Bad input: a snapshot ref without offsets and
-offsets naming a partition the topic lacks are one line each, and nothing is written.
+(only the run id and extraction time differ); so must (4), a run from the same state held in a
+SQL table (SQLite, written by the SQL sink) with the offsets given. Bad input: a snapshot ref
+without offsets, a SQL snapshot without offsets or table, and offsets naming a partition the
+topic lacks are one line each, and nothing is written.
 """
 
 from __future__ import annotations
@@ -97,6 +99,60 @@ def test_snapshot_plus_tail_equals_a_full_replay(world: tuple[Settings, str, dic
     assert got != partial and len(partial) < ORDERS  # the state alone is not the answer
     assert got == expected
 
+    # the same state in a SQL table (SQLite, written by the SQL sink), as of the same offsets
+    url = f"sqlite:///{settings.state_path / f'state_{tag}.db'}"
+    from rewind.catalog import load_catalog
+
+    state = load_catalog(settings).load_table(made["table"]).scan().to_arrow()  # the promoted state
+    sql_state(url, "order_state", state, settings.state_path)
+    offsets = {topic: {str(p): o for p, o in cut.items()}}
+    from_sql = run_job(
+        settings,
+        spec(topic, f"snap.sqltail_{tag}", snapshot={"url": url, "table": "order_state", "offsets": offsets}),
+    )
+    assert from_sql.counts.records_read == tail.counts.records_read
+    assert rows_of(settings, from_sql.staging) == expected
+
+
+def sql_state(url: str, table: str, rows: Any, spool: Any) -> None:
+    """``rows`` as the SQL table ``table``: staged, loaded and promoted by the SQL sink."""
+    from rewind.core.parquet import write_parquet
+    from rewind.sinks.sql.sink import SqlSink
+
+    sink = SqlSink(url, table, key=["order_id"], spool_dir=spool / "spool")
+    try:
+        staging = sink.prepare("r-state", rows.schema)
+        sink.commit(staging, "r-state", ["u0"], [write_parquet(sink.data_folder(staging), rows, "u0")])
+        sink.promote(staging)
+    finally:
+        sink.close()
+
+
+def test_a_sql_snapshot_without_offsets_is_one_line(world: tuple[Settings, str, dict[int, int]]) -> None:
+    from rewind.catalog import load_catalog
+    from rewind.job.service import plan_job
+    from rewind.job.snapshot import SnapshotError
+
+    settings, topic, _ = world
+    target = f"snap.never_{uuid.uuid4().hex[:6]}"
+    url = f"sqlite:///{settings.state_path.parent / 'nothing.db'}"
+    with pytest.raises(SnapshotError) as err:
+        plan_job(settings, spec(topic, target, snapshot={"url": url, "table": "order_state"}))
+    assert str(err.value) == (
+        "source.kafka.snapshot.offsets: the SQL table order_state records no offsets; "
+        "give the offsets its state is as of"
+    )
+    with pytest.raises(SnapshotError) as missing:
+        plan_job(
+            settings,
+            spec(topic, target, snapshot={"url": url, "table": "nope", "offsets": {topic: {"0": 1, "1": 1}}}),
+        )
+    assert str(missing.value) == (
+        "source.kafka.snapshot.table: no table nope in the SQL database of source.kafka.snapshot.url; "
+        "name an existing table"
+    )
+    assert not load_catalog(settings).table_exists(target)
+
 
 def test_a_snapshot_ref_without_offsets_is_one_line(world: tuple[Settings, str, dict[int, int]]) -> None:
     from rewind.catalog import load_catalog
@@ -146,3 +202,28 @@ def test_offsets_naming_an_unknown_partition_are_one_line(
         f"source.kafka.snapshot.offsets names {topic}/7, which is not part of the subscription"
     )
     assert not load_catalog(settings).table_exists(target)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "message"),
+    [
+        (
+            {"url": "postgresql://u:pw@db/model", "table": "t", "offsets": {"o": {"0": 1}}},
+            "source.kafka.snapshot.url: holds a password; leave it out and set PGPASSWORD (or ~/.pgpass)",
+        ),
+        (
+            {"url": "sqlite:///s.db", "table": "t", "ref": "v1", "offsets": {"o": {"0": 1}}},
+            "source.kafka.snapshot.ref: is for an Iceberg snapshot; a SQL table has no refs: leave ref out",
+        ),
+        (
+            {"url": "mysql://db/model", "table": "t", "offsets": {"o": {"0": 1}}},
+            "source.kafka.snapshot.url: not a PostgreSQL or SQLite URL; like sqlite:///state.db",
+        ),
+    ],
+)
+def test_bad_sql_snapshot_parts_are_one_line(snapshot: dict[str, Any], message: str) -> None:
+    from rewind.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        spec("o", "snap.t", snapshot=snapshot)
+    assert str(err.value) == f"<spec>: {message}"

@@ -165,7 +165,12 @@ def _fold(
     if state is not None:  # source.kafka.snapshot: the state's rows are folded with the new ones
         from rewind.spark.snapshot_rows import with_state_rows
 
-        state_rows = read_iceberg(spark, sink.catalog.load_table(state["table"]), state["ref"])
+        if state.get("sql") is not None:  # a SQL table's state, through the driver
+            from rewind.job.snapshot import read_sql_state
+
+            state_rows = spark.createDataFrame(read_sql_state(state))
+        else:
+            state_rows = read_iceberg(spark, sink.catalog.load_table(state["table"]), state["ref"])
         rows = with_state_rows(rows, state_rows, run_id, state["table"])
     # a task holds all rows of its keys in memory: at most ~FOLD_TASK_ROWS partial rows each
     tasks = max(default_parallelism(spark), -(-plan.offsets // FOLD_TASK_ROWS))

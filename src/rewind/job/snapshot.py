@@ -8,7 +8,9 @@ accepts its own output (sums, last non-null, min/max) the result equals a full r
 
 * :func:`resolve_snapshot` (plan time): the table, ref and offsets of ``source.kafka.snapshot``,
   checked (a fold, an Iceberg sink, offsets given or recorded); stored in the read plan under
-  :data:`SNAPSHOT_KEY`, so the run uses what the plan showed.
+  :data:`SNAPSHOT_KEY`, so the run uses what the plan showed. A SQL table (``snapshot.url``)
+  needs its offsets given; the plan pins its row count and digest, and
+  :func:`read_sql_state` (the fold step) refuses a table changed since.
 * :func:`rewind.job.snapshot_create.create_snapshot` (``rewind snapshot create RUN``): tags a
   promoted run's Iceberg target as ``rewind-snapshot-<run>`` and records the run's end offsets
   in the table's properties under :data:`OFFSETS_PROPERTY` + the tag.
@@ -55,6 +57,8 @@ def resolve_snapshot(settings: Settings, spec: JobSpec) -> dict[str, Any]:
         )
     if spec.sink.iceberg is None:
         raise SnapshotError(f"{where}: only an Iceberg sink folds into a snapshot; use sink.iceberg")
+    if part.url is not None:
+        return _resolve_sql(part.url, part.table, part.offsets)
     try:
         table = load_catalog(settings).load_table(part.table)
     except NoSuchTableError:
@@ -75,6 +79,58 @@ def resolve_snapshot(settings: Settings, spec: JobSpec) -> dict[str, Any]:
             )
         offsets = json.loads(recorded)
     return {"table": part.table, "ref": part.ref, "snapshot_id": snap.snapshot_id, "offsets": offsets}
+
+
+def _resolve_sql(url: str, table: str, given: Any) -> dict[str, Any]:
+    """A SQL state table: it must exist, and the offsets must be given (it records none). Its
+    row count and digest are pinned (:func:`read_sql_state` refuses a table changed since)."""
+    from rewind.sinks.sql.publish import table_fingerprint
+    from rewind.sinks.sql.sink import SqlSink
+
+    where = "source.kafka.snapshot"
+    if given is None:
+        raise SnapshotError(
+            f"{where}.offsets: the SQL table {table} records no offsets; give the offsets its state is as of"
+        )
+    sink = SqlSink(url, table)
+    try:
+        found = table_fingerprint(sink, table)
+    finally:
+        sink.close()
+    if found is None:
+        raise SnapshotError(
+            f"{where}.table: no table {table} in the SQL database of {where}.url; name an existing table"
+        )
+    offsets = {t: {str(p): o for p, o in parts.items()} for t, parts in given.items()}
+    digest = found[1]
+    return {
+        "sql": url,
+        "table": table,
+        "rows": found[0],
+        "digest": digest,
+        "snapshot_id": digest,
+        "offsets": offsets,
+    }
+
+
+def read_sql_state(snapshot: dict[str, Any]) -> Any:
+    """The SQL state table's rows (Arrow), as the plan pinned them."""
+    from rewind.sinks.sql.publish import read_table, table_fingerprint
+    from rewind.sinks.sql.sink import SqlSink
+
+    sink = SqlSink(snapshot["sql"], snapshot["table"])
+    try:
+        now = table_fingerprint(sink, snapshot["table"])
+        if now != (snapshot["rows"], snapshot["digest"]):
+            raise SnapshotError(
+                f"source.kafka.snapshot: the SQL table {snapshot['table']} changed since the plan "
+                "(its rows are not the state as of the plan's offsets); plan again"
+            )
+        rows = read_table(sink, snapshot["table"])
+    finally:
+        sink.close()
+    assert rows is not None
+    return rows
 
 
 def snapshot_offsets(snapshot: dict[str, Any]) -> dict[str, dict[int, int]]:

@@ -5,8 +5,10 @@ The table source (entities of a source of truth, re-produced) is in :mod:`rewind
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
@@ -20,6 +22,7 @@ from rewind.spec.errors import _Bad, _Plain
 from rewind.spec.table_source import TableSource
 from rewind.spec.values import (
     _ICEBERG_TABLE,
+    _PG_IDENT,
     _TOPIC,
     KafkaBound,
     Offsets,
@@ -42,7 +45,20 @@ class SnapshotPart(_Model):
     output rows as input (sums, last non-null, min/max...). See docs/snapshots.md.
     """
 
-    table: str = Field(description="The Iceberg table (`namespace.table`) holding the state.")
+    table: str = Field(
+        description=(
+            "The Iceberg table (`namespace.table`) holding the state; with `url`, the SQL table "
+            "(`schema.table` or `table`)."
+        )
+    )
+    url: str | None = Field(
+        default=None,
+        description=(
+            "The state is a PostgreSQL (`postgresql://...`) or SQLite (`sqlite:///file.db`) table "
+            "instead: `offsets` are then required (a SQL table records none). Keep passwords out "
+            "of spec files (PGPASSWORD)."
+        ),
+    )
     ref: str = Field(
         default="main",
         description=(
@@ -60,12 +76,24 @@ class SnapshotPart(_Model):
         json_schema_extra={"doc_type": "offsets per partition"},
     )
 
-    @field_validator("table")
-    @classmethod
-    def _table(cls, table: str) -> str:
-        if not _ICEBERG_TABLE.fullmatch(table):
-            raise _Bad("not a namespace.table name", "like analytics.order_totals", got=table)
-        return table
+    @model_validator(mode="after")
+    def _table(self) -> SnapshotPart:
+        if self.url is None:
+            if not _ICEBERG_TABLE.fullmatch(self.table):
+                raise _Bad(
+                    "not a namespace.table name", "like analytics.order_totals", got=self.table, at=("table",)
+                )
+            return self
+        if not re.match(r"(postgres(ql)?(\+\w+)?|sqlite)://", self.url):
+            raise _Bad("not a PostgreSQL or SQLite URL", "like sqlite:///state.db", at=("url",))
+        if urlsplit(self.url).password is not None:  # the plan stores the URL: never a secret
+            raise _Bad("holds a password", "leave it out and set PGPASSWORD (or ~/.pgpass)", at=("url",))
+        parts = self.table.split(".")
+        if len(parts) > 2 or not all(_PG_IDENT.fullmatch(x) and len(x) <= 63 for x in parts):
+            raise _Bad("not a schema.table name", "like public.order_totals", got=self.table, at=("table",))
+        if self.ref != "main":
+            raise _Bad("is for an Iceberg snapshot", "a SQL table has no refs: leave ref out", at=("ref",))
+        return self
 
     @field_validator("offsets", mode="plain")
     @classmethod

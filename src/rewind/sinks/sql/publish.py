@@ -28,6 +28,8 @@ from rewind.sinks.sql.exceptions import SqlSinkError, TargetMoved
 from rewind.sinks.sql.names import TableName, run_tag
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from rewind.sinks.sql.sink import SqlSink, SqlStaging
 
 log = logging.getLogger(__name__)
@@ -205,9 +207,7 @@ def with_lock_retry(sink: SqlSink, action: Callable[[], Swap]) -> Swap:
                         "hold it; retry when they end"
                     ) from exc
                 raise
-            log.info(
-                "lock on %s not granted within %.1fs; retrying", sink.table_name, sink.lock_timeout_s
-            )
+            log.info("lock on %s not granted within %.1fs; retrying", sink.table_name, sink.lock_timeout_s)
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 
@@ -234,9 +234,7 @@ def cleanup_run(sink: SqlSink, staging: SqlStaging) -> dict[str, Any]:
             select(book.stagings).where(book.stagings.c.staging == sname.name).with_for_update()
         ).first()
         if row is None:
-            raise SqlSinkError(
-                f"staging {sname} is not recorded in {STAGINGS_TABLE}; nothing to clean up"
-            )
+            raise SqlSinkError(f"staging {sname} is not recorded in {STAGINGS_TABLE}; nothing to clean up")
         state = row.state
         if state == "promoted":
             if row.target_existed and sink._backend.exists(tx, prev):
@@ -269,3 +267,31 @@ def cleanup_run(sink: SqlSink, staging: SqlStaging) -> dict[str, Any]:
         "already_done": not dropped and state == new_state,
         "can_roll_back": False if new_state in ("final", "dropped") else state == "promoted",
     }
+
+
+def read_sides(sink: SqlSink, staging: SqlStaging) -> tuple[pa.Table | None, pa.Table]:
+    """Production's rows (the target table as consumers read it, None when there is none) and
+    the staged rows, in one transaction so both are of the same moment (``rewind compensate``).
+    After promotion the staged rows are the target's, so both sides are the same."""
+    target, sname = TableName.parse(staging.target_table), TableName.parse(staging.table)
+    with sink._tx() as tx:
+        old = sink._backend.read_arrow(tx, target) if sink._backend.exists(tx, target) else None
+        state = sink._state(tx, sname)
+        name = target if state in ("promoted", "final") else sname
+        if not sink._backend.exists(tx, name):
+            raise SqlSinkError(f"staging table {name} does not exist")
+        return old, sink._backend.read_arrow(tx, name)
+
+
+def table_fingerprint(sink: SqlSink, table: str) -> tuple[int, str] | None:
+    """Row count and content digest of ``table`` (None when it does not exist)."""
+    with sink._tx() as tx:
+        name = sink._backend.resolve(tx, table)
+        return sink._backend.fingerprint(tx, name) if sink._backend.exists(tx, name) else None
+
+
+def read_table(sink: SqlSink, table: str) -> pa.Table | None:
+    """All rows of ``table`` through the driver (None when it does not exist)."""
+    with sink._tx() as tx:
+        name = sink._backend.resolve(tx, table)
+        return sink._backend.read_arrow(tx, name) if sink._backend.exists(tx, name) else None
