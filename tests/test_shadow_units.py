@@ -51,14 +51,18 @@ def test_a_shadow_spec_is_accepted_with_its_defaults() -> None:
     assert parsed.shadow == Shadow(live_group="orders-service")
     assert parse_spec(spec(shadow={"live_group": "g", "rewind_by": "30s"})).shadow.overlap_ms() == 30_000
     assert parse_spec(spec(shadow={"live_group": "g", "rewind_by": 7})).shadow.overlap_offsets() == 7
+    assert parse_spec(spec(sink={"iceberg": {"table": "an.orders"}})).sink.iceberg is not None
 
 
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
         ({"source": {"kafka": {"topics": ["orders"]}}}, "shadow: needs a history source"),
-        ({"sink": {"kafka": {"topic": "orders.v2"}}}, "needs a PostgreSQL (or SQLite) sink, not sink.kafka"),
-        ({"sink": {"iceberg": {"table": "an.orders"}}}, "Iceberg targets are not supported yet"),
+        ({"sink": {"kafka": {"topic": "orders.v2"}}}, "shadow: needs a table sink, not sink.kafka"),
+        (
+            {"sink": {"iceberg": {"table": "an.orders", "mode": "replace-window"}}},
+            "sink.iceberg.mode: needs sink.iceberg.mode append",
+        ),
         (
             {"sink": {"postgres": {"table": "orders", "mode": "append"}}},
             "sink.postgres.mode: needs sink.postgres.mode upsert",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rewind.core.columns import (
     LINEAGE_COLUMNS,
@@ -68,6 +68,9 @@ class MergeResult:
     replaced: pa.Table
     """The key columns of live rows that applied rows replace."""
     counts: dict[str, int] = field(default_factory=dict)
+    applied_positions: Any = None
+    """Where the applied rows are among the rows decided (sorted numpy int64)."""
+    routed_positions: Any = None
 
 
 def _frame(table: pa.Table, key: Sequence[str]) -> pd.DataFrame:
@@ -103,7 +106,47 @@ def _value_hash(table: pa.Table, positions: Sequence[int], key: Sequence[str]) -
 
 
 def decide(rows: pa.Table, live: pa.Table | None, key: Sequence[str], policy: MergePolicy) -> MergeResult:
-    """The decision for each of ``rows`` (the run's) against ``live`` (rows the run did not write)."""
+    """The decision for each of ``rows`` (the run's) against ``live`` (rows the run did not write).
+
+    Only the contested rows (:func:`rewind.core.merge_keys.contested`: a key the run writes twice
+    or live holds) go through the sort and join below, with the live rows of their keys; every
+    other row is applied as it is. Decisions are per key, so this is the same as deciding all.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    from rewind.core.merge_keys import contested, key_codes
+
+    key = list(key)
+    has_live = live is not None and live.num_rows > 0
+    run_codes, live_codes = key_codes(key_array(rows, key), key_array(live, key) if has_live else None)
+    hard = contested(run_codes, live_codes)
+    if hard.all():
+        return _decide_all(rows, live, key, policy)
+    easy = np.flatnonzero(~hard)
+    if not hard.any():
+        counts = dict.fromkeys(MERGE_DECISIONS, 0)
+        counts["applied"] = rows.num_rows
+        return MergeResult(rows, rows.slice(0, 0), rows.select(key).slice(0, 0), counts, easy, easy[:0])
+    where = np.flatnonzero(hard)
+    theirs = None
+    if has_live:
+        assert live is not None
+        theirs = live.filter(pa.array(np.isin(live_codes, run_codes[where])))
+    part = _decide_all(rows.take(pa.array(where)), theirs, key, policy)
+    counts = dict(part.counts)
+    counts["applied"] += len(easy)
+    applied = np.sort(np.concatenate([easy, where[part.applied_positions]]))
+    routed = where[part.routed_positions]
+    return MergeResult(
+        rows.take(pa.array(applied)), rows.take(pa.array(routed)), part.replaced, counts, applied, routed
+    )
+
+
+def _decide_all(
+    rows: pa.Table, live: pa.Table | None, key: Sequence[str], policy: MergePolicy
+) -> MergeResult:
+    """:func:`decide` on every row: sort, dedup, join with live, decide."""
     import numpy as np
     import pyarrow as pa
 
@@ -192,12 +235,27 @@ def decide(rows: pa.Table, live: pa.Table | None, key: Sequence[str], policy: Me
         applied = both[keep]
         replaced = both[keep & met]
     counts["applied"] = len(applied)
-    take = sorted(int(p) for p in applied["_pos"])
+    take = np.sort(applied["_pos"].to_numpy(dtype=np.int64))
+    routed_at = np.sort(np.asarray(routed_pos, dtype=np.int64))
     return MergeResult(
         applied=rows.take(pa.array(take, type=pa.int64())),
-        routed=rows.take(pa.array(sorted(routed_pos), type=pa.int64())),
+        routed=rows.take(pa.array(routed_at, type=pa.int64())),
         replaced=pa.Table.from_pandas(replaced[key], preserve_index=False)
         if len(replaced)
         else rows.select(key).slice(0, 0),
         counts=counts,
+        applied_positions=take,
+        routed_positions=routed_at,
     )
+
+
+def key_array(table: pa.Table, key: Sequence[str]) -> Any:
+    """One array naming each row's key (a composite key as its parts joined as text)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(key) == 1:
+        return table.column(key[0]).combine_chunks()
+    parts = [pc.fill_null(table.column(k).cast(pa.string()), "\x00null") for k in key]
+    joined = pc.binary_join_element_wise(*parts, "\x1f")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined

@@ -23,6 +23,10 @@ def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
         from rewind.sinks.iceberg import IcebergSink
 
         ice = spec.sink.iceberg
+        if spec.shadow is not None:  # v2: a new table upserted on the key, swapped in at cutover
+            from rewind.sinks.iceberg.shadow import IcebergShadowSink
+
+            return IcebergShadowSink(load_catalog(settings), ice.table, list(spec.key))
         window = spec.replaced_window()
         return IcebergSink(load_catalog(settings), ice.table, ice.mode, ice.window_column, window)
     if spec.sink.postgres is not None:

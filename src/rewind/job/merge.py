@@ -26,14 +26,12 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.columns import (
-    EVENT_ID,
-    RUN_ID,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
     SOURCE_TIMESTAMP,
@@ -42,6 +40,7 @@ from rewind.core.columns import (
 from rewind.core.counts import MERGE_DECISIONS, UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.merge import MergePolicy, MergeResult, decide
 from rewind.core.parquet import write_parquet
+from rewind.job.merge_iceberg import MERGE_COUNTS_PROPERTY, MERGED_PROPERTY, merge_iceberg
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,9 +57,6 @@ log = logging.getLogger(__name__)
 
 MERGE_UNIT = "merge"
 """The unit id of the merged rows in a SQL sink, and of the routed rows in the quarantine."""
-MERGED_PROPERTY = "rewind.merged"
-"""Snapshot summary key of the Iceberg merge commit: the run id."""
-MERGE_COUNTS_PROPERTY = "rewind.merge-counts"
 CUT_LINE_KEY = "merge_cut_line"
 """Where the plan's read plan keeps the resolved cut line (what the run applies)."""
 
@@ -200,37 +196,6 @@ def merge_run(
     return result.counts
 
 
-def merge_iceberg(
-    sink: IcebergSink,
-    staging: IcebergStaging,
-    run_id: str,
-    key: list[str],
-    policy: MergePolicy,
-    route: Callable[[MergeResult], None] = lambda _: None,
-) -> MergeResult:
-    """The Iceberg merge: read the branch's files once, decide, route, commit once
-    (``bench/merge_policy.py`` times this against a plain append).
-
-    Only the key and lineage columns are read unless ambiguous rows are routed (their values
-    then tell a tie from a repeat, and the quarantine keeps them whole).
-    """
-    import pyarrow.compute as pc
-
-    from rewind.sinks.iceberg.rewrite import FILE_COLUMN, read_files
-
-    table = sink.catalog.load_table(staging.table)
-    lineage = [EVENT_ID, RUN_ID, SOURCE_TIMESTAMP, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET]
-    columns = None if policy.ambiguous == "route" else [*key, *lineage]
-    tasks, everything = read_files(table, staging.ref, columns)
-    mine = pc.fill_null(pc.equal(everything.column(RUN_ID), run_id), False)
-    plain = everything.drop_columns([FILE_COLUMN])
-    result = decide(plain.filter(mine), plain.filter(pc.invert(mine)), key, policy)
-    route(result)
-    faults.point("before-merge-commit")
-    _commit_iceberg(table, staging, run_id, key, tasks, everything, mine, result)
-    return result
-
-
 def _replacing(sink: StagingSink[Any]) -> StagingSink[Any]:
     """The SQL sink writing in ``replace`` mode: the policy decided, so its rows overwrite their
     key (the sink's own upsert would keep a row of a later event, undoing prefer-backfill)."""
@@ -305,67 +270,6 @@ def quarantine_rows(routed: pa.Table, run_id: str) -> pa.Table:
         pa.array([now] * n, TIMESTAMP),
     ]
     return pa.Table.from_arrays(arrays, schema=QUARANTINE_SCHEMA)
-
-
-def _commit_iceberg(
-    table: Any,
-    staging: IcebergStaging,
-    run_id: str,
-    key: list[str],
-    tasks: list[Any],
-    everything: pa.Table,
-    mine: Any,
-    result: MergeResult,
-) -> None:
-    """Delete, in one transaction on the staging ref, the run's rows that were not applied and
-    the live rows of the keys that were; the applied rows stay in the files the units wrote.
-
-    Only files that lose rows are rewritten (:func:`rewind.sinks.iceberg.rewrite.rewrite`): the
-    run's where they hold a duplicate, superseded, stale or routed row, live's where a key was
-    replaced. That keeps a merge close to the cost of the append it follows. A file-less append
-    carries the marker (``rewind.merged``) whatever was deleted.
-    """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from rewind.sinks.iceberg import RUN_PROPERTY, UNITS_PROPERTY
-    from rewind.sinks.iceberg.rewrite import FILE_COLUMN, rewrite
-
-    props = {
-        RUN_PROPERTY: run_id,
-        UNITS_PROPERTY: "",
-        MERGED_PROPERTY: run_id,
-        MERGE_COUNTS_PROPERTY: json.dumps(result.counts, sort_keys=True),
-    }
-    kept_run = pc.is_in(everything.column(EVENT_ID), result.applied.column(EVENT_ID).combine_chunks())
-    drop = pc.and_(mine, pc.invert(pc.fill_null(kept_run, False)))
-    if result.replaced.num_rows:
-        replaced = pc.is_in(_key_array(everything, key), _key_array(result.replaced, key))
-        replaced = pc.fill_null(replaced, False)
-        drop = pc.or_(drop, pc.and_(pc.invert(mine), replaced))
-    drop_np = drop.to_numpy(zero_copy_only=False)
-    files = everything.column(FILE_COLUMN).to_numpy()
-    keep: dict[int, Any] = {}
-    for index in np.unique(files[drop_np]):
-        keep[int(index)] = pa.array(~drop_np[files == index])
-    branch = staging.branch or "main"
-    with table.transaction() as tx:
-        rewrite(tx, table, branch, tasks, keep, props)
-        empty = pa.Table.from_batches([], schema=table.schema().as_arrow())
-        tx.append(empty, snapshot_properties=props, branch=branch)
-
-
-def _key_array(table: pa.Table, key: list[str]) -> Any:
-    """One array naming each row's key (a composite key as its parts joined as text)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if len(key) == 1:
-        return table.column(key[0]).combine_chunks()
-    parts = [pc.fill_null(table.column(k).cast(pa.string()), "\x00null") for k in key]
-    joined = pc.binary_join_element_wise(*parts, "\x1f")
-    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
 def recorded_merge(ledger: Ledger, run_id: str) -> dict[str, int] | None:

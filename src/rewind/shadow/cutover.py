@@ -11,7 +11,9 @@ Gates, all checked before anything changes (each refusal is one line, nothing ch
 Then the cut line is taken and proven (:mod:`rewind.shadow.cutline`) unless ``shadow cut``
 did it already, and the run is promoted by the job's promotion (:func:`rewind.job.publish.promote_run`):
 the SQL sink renames v1 → ``<table>__rewind_prev_<run>`` and v2 → ``<table>`` in one
-transaction, refusing when v1 changed since the cut line. v1 stays as the previous table:
+transaction, refusing when v1 changed since the cut line; the Iceberg sink swaps the same two
+names in one transaction of the SQL catalog, refusing when v1's metadata location is not the
+one recorded at the cut line (:mod:`rewind.sinks.iceberg.shadow`). v1 stays as the previous table:
 ``rewind rollback RUN`` goes back until ``shadow decommission`` drops it.
 """
 
@@ -61,6 +63,7 @@ def cutover_hard(settings: Settings, name: str) -> dict[str, Any]:
     from rewind.job.publish import promote_run
     from rewind.job.service import open_ledger
     from rewind.shadow.context import load_shadow
+    from rewind.sinks.iceberg.shadow import IcebergTargetMoved
     from rewind.sinks.sql.exceptions import TargetMoved
 
     ledger = open_ledger(settings)
@@ -79,7 +82,7 @@ def cutover_hard(settings: Settings, name: str) -> dict[str, Any]:
     cut = cut_shadow(settings, name)
     try:
         promoted = promote_run(settings, run_id)
-    except TargetMoved as exc:
+    except (TargetMoved, IcebergTargetMoved) as exc:
         raise ShadowError(
             f"cutover of shadow {name} refused: v1 moved after the cut line ({str(exc).split(';')[0]}); "
             "something still writes it: stop it, then `rewind shadow abort` and start again; "

@@ -56,6 +56,12 @@ def cutover_dual_write(settings: Settings, name: str) -> dict[str, Any]:
             raise ShadowError(
                 f"shadow {name} is {ctx.record.state}; only a tailing or cut shadow is cut over"
             )
+        if ctx.sink.kind == "iceberg":
+            raise ShadowError(
+                f"shadow {name} writes Iceberg: dual-write is for SQL read models (rewind.dualwrite "
+                "upserts rows in a database transaction); an Iceberg table's readers follow the catalog, "
+                "so use `rewind shadow cutover --hard`; nothing was changed"
+            )
         gates = check_gates(settings, ctx, tail_running(ledger, name))
         staging: Any = ctx.staging
         facts = {
@@ -81,6 +87,7 @@ def repoint(settings: Settings, name: str, *, attempts: int = 5) -> dict[str, An
     """Swap v2 in for v1 while the dual writers run (see the module docstring)."""
     from rewind.job.publish import promote_run
     from rewind.shadow.context import load_shadow
+    from rewind.sinks.iceberg.shadow import IcebergTargetMoved
     from rewind.sinks.sql.exceptions import TargetMoved
 
     ledger, store = _store(settings)
@@ -101,7 +108,7 @@ def repoint(settings: Settings, name: str, *, attempts: int = 5) -> dict[str, An
             try:
                 promoted = promote_run(settings, run_id)
                 break
-            except TargetMoved:
+            except (TargetMoved, IcebergTargetMoved):
                 if attempt == attempts - 1:
                     raise ShadowError(
                         f"repoint of shadow {name}: v1 kept moving ({attempts} tries); a writer does not use "

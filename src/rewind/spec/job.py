@@ -336,11 +336,18 @@ class JobSpec(_Model):
                 "a shadow rebuilds v2 from all history: use source.history with an archive",
                 at=("shadow",),
             )
-        if self.sink.postgres is None:
+        if self.sink.postgres is None and self.sink.iceberg is None:
             raise _Bad(
-                f"needs a PostgreSQL (or SQLite) sink, not sink.{self.sink.kind}",
-                "a shadow upserts v2 on the key: use sink.postgres (Iceberg targets are not supported yet)",
+                f"needs a table sink, not sink.{self.sink.kind}",
+                "a shadow upserts v2 on the key: use sink.postgres (or SQLite) or sink.iceberg",
                 at=("shadow",),
+            )
+        if self.sink.iceberg is not None and self.sink.iceberg.mode != "append":
+            raise _Bad(
+                "needs sink.iceberg.mode append",
+                "a shadow rebuilds the whole table as v2 and upserts it on the key; there is no window",
+                got=self.sink.iceberg.mode,
+                at=("sink", "iceberg", "mode"),
             )
         if self.sink.postgres is not None and self.sink.postgres.mode != "upsert":
             raise _Bad(
