@@ -66,7 +66,10 @@ def test_exact_arithmetic_with_prices_and_a_remote_broker() -> None:
     assert money["object_read"] == 0.0001  # 0.25 GB x 0.0004
     assert money["total"] == round(0.05 * 200 / 3600 + 0.0675 + 0.0001, 4)
     lines = describe(est)
-    assert lines[0] == "read: 750.0 MB from the broker (remote: egress), 250.0 MB from the archive"
+    assert lines[0] == (
+        "read: 750.0 MB from the broker (remote: egress), 250.0 MB from the archive "
+        "(bytes per record: sample)"
+    )
     assert lines[2] == "ETA: 1m 08s = Spark start-up 10.0s + processing 50.0s + commits 8.0s"
     assert lines[3].startswith("cost: 0.0704 USD (compute 0.0028, egress 0.0675, object_read 0.0001)")
 
@@ -81,6 +84,25 @@ def test_a_local_broker_costs_no_egress_and_no_prices_no_money() -> None:
     assert est["eta_seconds"] == round(
         DEFAULT_SPARK_STARTUP_S + 94_220 / DEFAULT_RECORDS_PER_CORE_SECOND / 2 + DEFAULT_COMMIT_S_PER_UNIT, 3
     )
+
+
+def test_a_rehearsals_measured_bytes_per_record_replace_the_samples(tmp_path: Path) -> None:
+    from rewind.core.units import WorkUnit
+    from rewind.job.cost import cost_estimate
+
+    settings = load_settings(env={"REWIND_STATE_DIR": str(tmp_path)}, cwd=tmp_path)
+    units = (WorkUnit("t", 0, 0, 1000, "archive"), WorkUnit("t", 0, 1000, 4000))
+    sampled = cost_estimate(settings, units, {"avg_record_bytes": 500.0})
+    assert (sampled["bytes_from_archive"], sampled["bytes_from_broker"]) == (500_000, 1_500_000)
+    assert sampled["bytes_source"] == "sample"
+    rates = {"records_per_core_second": 1000.0, "bytes_per_record": {"kafka": 120.0, "archive": 80.5}}
+    measured = cost_estimate(settings, units, {"avg_record_bytes": 500.0}, {**rates, "rehearsal_id": "rh-1"})
+    assert (measured["bytes_from_archive"], measured["bytes_from_broker"]) == (80_500, 360_000)
+    assert measured["bytes_source"] == "rehearsal rh-1"
+    assert describe(measured)[0].endswith("(bytes per record: rehearsal rh-1)")
+    kafka_only = {"bytes_per_record": {"kafka": 100.0}, "rehearsal_id": "r"}
+    only_kafka = cost_estimate(settings, units, {}, kafka_only)
+    assert (only_kafka["bytes_from_archive"], only_kafka["bytes_from_broker"]) == (100_000, 300_000)
 
 
 def test_human_units() -> None:

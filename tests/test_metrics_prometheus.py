@@ -123,6 +123,29 @@ def _until(prom: str, expr: str, want: int) -> list[dict[str, Any]]:
     raise AssertionError(f"{expr}: {found}")
 
 
+def _topic_bytes(conf: dict[str, Any], topic: str, records: dict[int, int]) -> int:
+    """Key + value + header bytes of the first ``records[p]`` records of each partition, read by
+    a plain consumer."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": "bytes-check", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in records])
+        total, seen = 0, dict.fromkeys(records, 0)
+        deadline = time.monotonic() + 30
+        while any(seen[p] < records[p] for p in seen) and time.monotonic() < deadline:
+            msg = consumer.poll(1)
+            if msg is None or msg.error() or seen[msg.partition()] >= records[msg.partition()]:
+                continue
+            seen[msg.partition()] += 1
+            total += len(msg.key() or b"") + len(msg.value() or b"")
+            total += sum(len(k.encode()) + len(v or b"") for k, v in msg.headers() or [])
+        assert seen == records, seen
+        return total
+    finally:
+        consumer.close()
+
+
 def _commit_group(conf: dict[str, Any], group: str, topic: str, offsets: dict[int, int]) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -192,12 +215,20 @@ def test_prometheus_scrapes_the_run_and_the_pushgateway_holds_it(
     }
     assert sum(reasons.values()) == totals.counts.quarantined > 0
     assert reasons == {k: float(v) for k, v in totals.counts.reasons.items()}
-    waves = [
-        s
-        for s in pushed["rewind_stage_duration_seconds"].samples
-        if s.name == "rewind_stage_duration_seconds_count" and s.labels["stage"] == "spark"
-    ]
-    assert len(waves) == 1 and waves[0].value >= 1
+    # one observation per wave and stage, buckets cumulative up to +Inf = _count, the tasks'
+    # stages timed (every record was read, decoded and translated: their seconds are > 0)
+    hist = pushed["rewind_stage_duration_seconds"].samples
+    count = {s.labels["stage"]: s.value for s in hist if s.name.endswith("_count")}
+    total = {s.labels["stage"]: s.value for s in hist if s.name.endswith("_sum")}
+    waves = count["commit"]
+    assert waves >= 1 and count == dict.fromkeys(("read", "decode", "translate", "write", "commit"), waves)
+    assert all(total[stage] > 0 for stage in ("read", "decode", "translate", "commit"))
+    for stage in count:
+        buckets = [s for s in hist if s.name.endswith("_bucket") and s.labels["stage"] == stage]
+        values = [s.value for s in sorted(buckets, key=lambda s: float(s.labels["le"]))]
+        assert values == sorted(values) and values[-1] == waves and buckets[-1].labels["le"] == "+Inf"
+    measured = {s.labels["source"]: s.value for s in pushed["rewind_bytes_read"].samples}
+    assert measured == {"kafka": float(_topic_bytes(conf, topic_name, {0: 300, 1: 300}))}
     lag = {s.labels["group"]: s.value for s in pushed["rewind_live_group_lag_sum"].samples}
     assert lag == {group: 70.0}
 
@@ -205,6 +236,8 @@ def test_prometheus_scrapes_the_run_and_the_pushgateway_holds_it(
     series = _until(prom, f'rewind_records_read_total{{run="{run_id}",job="metered"}}', 2)
     assert {s["metric"]["partition"]: float(s["value"][1]) for s in series} == {"0": 300.0, "1": 300.0}
     assert {s["metric"]["source"] for s in series} == {"kafka"}
+    stages = _until(prom, f'rewind_stage_duration_seconds_count{{run="{run_id}",job="metered"}}', 5)
+    assert {s["metric"]["stage"]: float(s["value"][1]) for s in stages} == count
     live = _until(prom, f'rewind_live_group_lag{{group="{group}"}}', 2)
     assert {s["metric"]["partition"]: float(s["value"][1]) for s in live} == {"0": 50.0, "1": 20.0}
     # the run's own /metrics answered while it ran: Prometheus scraped the planned offsets there

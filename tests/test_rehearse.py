@@ -144,7 +144,15 @@ def test_rehearsal_on_tansu_touches_nothing_real_and_cleans_up(
     with open_ledger(settings) as ledger:
         stored = EvidenceStore(ledger.engine).latest_passed(spec.fingerprint())
     assert stored is not None and stored.id == result["rehearsal_id"]
+    # the bytes the slice's tasks read, exactly the slice's keys and values; the plan uses them
+    by_coord = {coords[o.index]: o for o in orders}
+    wire = [by_coord[(u.partition, o)] for u in pieces for o in range(u.start, u.end)]
+    exact = sum(len(o.key or b"") + len(o.value or b"") for o in wire)
+    assert result["bytes_read"] == {"kafka": exact}
+    assert result["rates"]["bytes_per_record"] == {"kafka": round(exact / 30, 1)}
     cost = plan_job(settings, spec).estimates["cost"]
+    assert cost["bytes_source"] == f"rehearsal {result['rehearsal_id']}"
+    assert cost["bytes_from_broker"] == round(round(exact / 30, 1) * 600)
     assert cost["rate_source"] == f"rehearsal {result['rehearsal_id']}"
     assert cost["records_per_core_second"] == result["rates"]["records_per_core_second"]
     assert math.isclose(cost["core_seconds"], round(600 / cost["records_per_core_second"], 3))

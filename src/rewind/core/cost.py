@@ -3,7 +3,9 @@
 Pure arithmetic over known inputs, so that the plan, ``rewind rehearse`` and the tests agree
 to the byte and the cent. Where the inputs come from:
 
-* records per source and the average record size: the plan's units and sample;
+* records per source: the plan's units; bytes per record: measured by the last passed
+  rehearsal of the same spec fingerprint (record bytes its tasks read, per source:
+  ``bytes_source: rehearsal rh-…``) when there is one, else the plan's sample (``sample``);
 * the processing rate: a rehearsal of the same spec fingerprint when one passed (its
   measured records per core-second and commit seconds per unit), else the calibrated
   defaults below;
@@ -101,13 +103,18 @@ class CostInputs:
     """Records from neither broker nor archive (a table source's rows): compute, no read price."""
     broker_remote: bool = False
     prices: dict[str, Price] | None = None
+    archive_record_bytes: float | None = None
+    """Bytes per archived record when measured apart from the broker's (else ``avg_record_bytes``)."""
+    bytes_source: str = "sample"
+    """Where the bytes per record come from: ``sample`` (the plan's) or ``rehearsal <id>``."""
 
 
 def estimate(inputs: CostInputs) -> dict[str, Any]:
     """Raw numbers (bytes, seconds, money rounded to 1/10,000 of the currency)."""
     avg = inputs.avg_record_bytes
+    archived = inputs.archive_record_bytes or avg
     broker_bytes = round(avg * inputs.kafka_records) if avg else None
-    archive_bytes = round(avg * inputs.archive_records) if avg else None
+    archive_bytes = round(archived * inputs.archive_records) if archived else None
     records = inputs.kafka_records + inputs.archive_records + inputs.other_records
     core_seconds = records / inputs.records_per_core_second
     cores = max(1, inputs.cores)
@@ -117,6 +124,7 @@ def estimate(inputs: CostInputs) -> dict[str, Any]:
         "records": records,
         "bytes_from_broker": broker_bytes,
         "bytes_from_archive": archive_bytes,
+        "bytes_source": inputs.bytes_source,
         "records_per_core_second": inputs.records_per_core_second,
         "rate_source": inputs.rate_source,
         "cores": cores,
@@ -179,7 +187,8 @@ def describe(est: dict[str, Any]) -> list[str]:
     lines = [
         f"read: {human_bytes(est.get('bytes_from_broker'))} from the broker"
         + (" (remote: egress)" if est.get("broker_remote") else "")
-        + f", {human_bytes(est.get('bytes_from_archive'))} from the archive",
+        + f", {human_bytes(est.get('bytes_from_archive'))} from the archive"
+        + f" (bytes per record: {est.get('bytes_source', 'sample')})",
         f"compute: {est['core_seconds'] / 3600:.3f} core-hours at {est['records_per_core_second']:,.0f} "
         f"records/core-s ({est['rate_source']}) on {est['cores']} core(s)",
         f"ETA: {human_seconds(est['eta_seconds'])} = Spark start-up "

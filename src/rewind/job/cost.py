@@ -38,7 +38,8 @@ def cost_estimate(
     rates: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The estimate of a plan; ``rates`` are a rehearsal's measured ``records_per_core_second``
-    and ``commit_s_per_unit`` (with its ``rehearsal_id``), else the calibrated defaults."""
+    and ``commit_s_per_unit`` (with its ``rehearsal_id``), else the calibrated defaults; its
+    ``bytes_per_record`` per source replace the sample's average record size."""
     archive = sum(u.end - u.start for u in units if u.source == "archive")
     kafka = sum(u.end - u.start for u in units if u.source == "kafka")
     other = sum(u.end - u.start for u in units) - archive - kafka  # a table source's key ranges
@@ -48,11 +49,17 @@ def cost_estimate(
         extra["rate_source"] = f"rehearsal {rates.get('rehearsal_id', '?')}"
         if rates.get("commit_s_per_unit") is not None:
             extra["commit_s_per_unit"] = float(rates["commit_s_per_unit"])
+    avg = facts.get("avg_record_bytes")
+    measured = (rates or {}).get("bytes_per_record") or {}
+    if measured.get("kafka") or measured.get("archive"):  # what the rehearsal's tasks really read
+        avg = measured.get("kafka") or measured.get("archive")
+        extra["archive_record_bytes"] = measured.get("archive") or avg
+        extra["bytes_source"] = f"rehearsal {(rates or {}).get('rehearsal_id', '?')}"
     inputs = CostInputs(
         kafka_records=kafka,
         archive_records=archive,
         other_records=other,
-        avg_record_bytes=facts.get("avg_record_bytes"),
+        avg_record_bytes=avg,
         units=len(units),
         cores=cores_of(settings),
         broker_remote=settings.kafka.remote,
@@ -63,7 +70,8 @@ def cost_estimate(
 
 
 def rehearsed_rates(settings: Settings, fingerprint: str) -> dict[str, Any] | None:
-    """The measured rates of the last passed rehearsal of this fingerprint, if any."""
+    """The measured rates (and bytes per record) of the last passed rehearsal of this
+    fingerprint, if any."""
     from rewind.errors import RewindError
     from rewind.ledger import Ledger
     from rewind.ledger.evidence import EvidenceStore
@@ -73,6 +81,7 @@ def rehearsed_rates(settings: Settings, fingerprint: str) -> dict[str, Any] | No
             found = EvidenceStore(ledger.engine).latest_passed(fingerprint)
     except RewindError:  # a plan's estimate must not fail for want of a ledger: the default rate
         return None
-    if found is None or not (found.details.get("rates") or {}).get("records_per_core_second"):
+    rates = found.details.get("rates") or {} if found is not None else {}
+    if found is None or not (rates.get("records_per_core_second") or rates.get("bytes_per_record")):
         return None
     return {**found.details["rates"], "rehearsal_id": found.id}

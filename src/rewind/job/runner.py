@@ -219,10 +219,12 @@ def execute(
                             run.done_q, live, _progress(ledger, plan, run_id, live.started), timings,
                         )
                     else:
-                        _run_wave(
+                        wave_bytes = _run_wave(
                             settings, ledger, plan, run_id, wave,
                             unit_sink, unit_staging, qsink, qstaging, run.done_q, live, timings, run.latest,
                         )
+                        for source, n in wave_bytes.items():
+                            run.bytes_read[source] = run.bytes_read.get(source, 0) + n
                     run.waves += 1
                     run.pending -= {u.id for u in wave}
                     if after_commit is not None:
@@ -276,6 +278,8 @@ class _RunContext:
     folded: dict[str, Any] | None = None
     merged: dict[str, int] | None = None
     latest: dict[str, Any] = field(default_factory=dict)
+    bytes_read: dict[str, int] = field(default_factory=dict)
+    """Record bytes this execution read per source (``kafka``, ``archive``): a resume counts its own."""
 
     def unit_target(self, sink: StagingSink[Any]) -> tuple[StagingSink[Any], Staging]:
         if self.parts is not None:
@@ -302,7 +306,7 @@ def _conclude(ledger: Ledger, plan: JobPlan, run_id: str, run: _RunContext, star
         )
     _forget_pacing(run_id)
     ledger.set_state(run_id, "succeeded", totals=counts.to_dict())
-    ledger.audit(run_id, "run-succeeded", counts.to_dict())
+    ledger.audit(run_id, "run-succeeded", {**counts.to_dict(), "bytes_read": run.bytes_read})
     assert run.staging is not None
     return RunOutcome(
         run_id,
@@ -455,10 +459,10 @@ def _run_wave(
     live: LiveProgress,
     timings: list[dict[str, Any]] | None = None,
     latest: dict[str, Any] | None = None,
-) -> None:
+) -> dict[str, int]:
     """Step 5 for one wave: Spark (its progress shown live), conservation per unit, quarantine
     commit, output commit, ledger. ``latest`` keeps the run's ``latest_per_key`` decision
-    between waves."""
+    between waves. Returns the record bytes the wave read per source."""
     from rewind.history.read import read_ranges_from_archive
     from rewind.ledger.models import UnitResult
     from rewind.spark import session
@@ -524,6 +528,10 @@ def _run_wave(
     faults.point("after-sink-commit")
     ledger.complete_units(run_id, [UnitResult(uid, **_counts_for(counts[uid])) for uid in ids])
     faults.point("after-ledger-update")
+    wave_bytes: dict[str, int] = {}
+    for out in outputs.values():
+        for source, n in out.bytes_read.items():
+            wave_bytes[source] = wave_bytes.get(source, 0) + n
     if timings is not None:
         timings.append(
             {
@@ -531,8 +539,21 @@ def _run_wave(
                 "records": sum(outputs[uid].counts.records_read for uid in ids),
                 "spark_s": t_commit - t_spark,
                 "commit_s": time.monotonic() - t_commit,
+                "stages": _stage_seconds(outputs.values()),
+                "bytes": wave_bytes,
             }
         )
+    return wave_bytes
+
+
+def _stage_seconds(outputs: Any) -> dict[str, float]:
+    """The wave's task seconds per stage (read, decode, translate, write), summed over tasks."""
+    from rewind.spark.stage_clock import add_stage_seconds
+
+    total: dict[str, float] = {}
+    for out in outputs:
+        add_stage_seconds(total, out.stage_s)
+    return total
 
 
 def _latest(

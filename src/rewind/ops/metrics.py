@@ -15,9 +15,13 @@ Families (``_total`` counters; labels ``job`` = the spec's name, ``run`` = the r
 * ``rewind_merge_decisions_total{job,run,decision}`` (a ``merge:`` policy's decisions)
 * ``rewind_estimated_bytes_read_total{job,run,source}``: records read x the plan's sampled
   average record size (an estimate: Kafka does not report bytes per unit)
+* ``rewind_bytes_read_total{job,run,source}``: record bytes (key + value + headers) the run's
+  tasks actually read, per wave as it commits (:mod:`rewind.spark.stage_clock`)
 * ``rewind_units{job,run,state}``, ``rewind_offsets_planned{job,run}``
-* ``rewind_stage_duration_seconds{job,run,stage}`` histogram: per wave, ``spark`` (the tasks:
-  read, decode, translate, write) and ``commit`` (quarantine, sink and ledger commits)
+* ``rewind_stage_duration_seconds{job,run,stage}`` histogram, one observation per wave and
+  stage: ``read``, ``decode``, ``translate``, ``write`` (seconds of the wave's tasks in each,
+  summed over its tasks: :mod:`rewind.spark.stage_clock`) and ``commit`` (quarantine, sink and
+  ledger commits in the driver); buckets in seconds, ``_bucket{le}``/``_sum``/``_count``
 * ``rewind_live_group_lag{group,topic,partition}`` and ``rewind_live_group_lag_sum{group}``
 """
 
@@ -38,6 +42,22 @@ if TYPE_CHECKING:
 
 LAG_EVERY_S = 5.0
 BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+
+
+STAGES = ("read", "decode", "translate", "write", "commit")
+
+
+def stage_observations(timings: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per stage, one observation per wave: the tasks' seconds in read, decode, translate and
+    write (:mod:`rewind.spark.stage_clock`; a wave whose tasks did not time them, a table
+    source's, has none) and the driver's commit seconds."""
+    out: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    for t in timings:
+        for stage, seconds in (t.get("stages") or {}).items():
+            if stage in out:
+                out[stage].append(float(seconds))
+        out["commit"].append(float(t["commit_s"]))
+    return out
 
 
 def group_lag(conf: dict[str, Any], group: str) -> dict[tuple[str, int], int] | None:
@@ -158,13 +178,25 @@ class RunCollector:
         for state, n in sorted(by_state.items()):
             units.add_metric([job, run, state], n)
         planned.add_metric([job, run], self.offsets)
-        yield from (read, rows, quarantined, filtered, nbytes, units, planned)
+        measured = CounterMetricFamily(
+            "rewind_bytes_read",
+            "Record bytes (key + value + headers) the run's tasks read, by source (measured)",
+            labels=["job", "run", "source"],
+        )
+        read_bytes: dict[str, int] = {}
+        for t in list(self.timings):
+            for source, n in (t.get("bytes") or {}).items():
+                read_bytes[source] = read_bytes.get(source, 0) + int(n)
+        for source, n in sorted(read_bytes.items()):
+            measured.add_metric([job, run, source], n)
+        yield from (read, rows, quarantined, filtered, nbytes, measured, units, planned)
         yield from self._merge(job, run)
         stages = HistogramMetricFamily(
-            "rewind_stage_duration_seconds", "Seconds per wave, by stage", labels=["job", "run", "stage"]
+            "rewind_stage_duration_seconds",
+            "Seconds per wave, by stage (task seconds summed over the wave's tasks; commit: the driver's)",
+            labels=["job", "run", "stage"],
         )
-        for stage, field in (("spark", "spark_s"), ("commit", "commit_s")):
-            values = [float(t[field]) for t in list(self.timings)]
+        for stage, values in stage_observations(list(self.timings)).items():
             buckets = [(str(b), sum(v <= b for v in values)) for b in BUCKETS] + [("+Inf", len(values))]
             stages.add_metric([job, run, stage], buckets, sum(values))
         yield stages

@@ -137,7 +137,7 @@ def rehearse(
         {k: round(v, 4) if isinstance(v, float) else v for k, v in t.items()} for t in timings
     ]
     if timings:
-        measured = _measure(settings, spec, plan, timings, cores_of(settings))
+        measured = _measure(settings, spec, plan, timings, cores_of(settings), run_id)
         details.update(measured)
         rates = {**measured["rates"], "rehearsal_id": rehearsal_id}
         details["extrapolated"] = cost_estimate(settings, real.units, real.estimates, rates)
@@ -242,9 +242,15 @@ def _cleanup(settings: Settings, throw: JobSpec, run_id: str | None, tag: str) -
 
 
 def _measure(
-    settings: Settings, spec: JobSpec, plan: JobPlan, timings: list[dict[str, Any]], cores: int
+    settings: Settings,
+    spec: JobSpec,
+    plan: JobPlan,
+    timings: list[dict[str, Any]],
+    cores: int,
+    run_id: str | None,
 ) -> dict[str, Any]:
-    """Stage rates, the bottleneck, quarantine rates and the rates the cost model uses."""
+    """Stage rates, the bottleneck, quarantine rates and the rates the cost model uses, with
+    the record bytes the run's tasks read per source and per record (``bytes_per_record``)."""
     from rewind.ops.stage_rates import measure_stages, read_table_sample
 
     sample = read_table_sample(settings, spec, plan.read_plan) if spec.source.table is not None else None
@@ -257,7 +263,30 @@ def _measure(
         "commit_s_per_unit": round(sum(t["commit_s"] for t in timings) / units, 4) if units else None,
         "cores": cores,
     }
-    return {**measured, "rates": rates}
+    read_bytes: dict[str, int] = {}
+    for t in timings:
+        for source, n in (t.get("bytes") or {}).items():
+            read_bytes[source] = read_bytes.get(source, 0) + int(n)
+    per_source = _records_by_source(settings, plan, run_id)
+    rates["bytes_per_record"] = {
+        source: round(n / per_source[source], 1) for source, n in read_bytes.items() if per_source.get(source)
+    }
+    return {**measured, "rates": rates, "bytes_read": read_bytes}
+
+
+def _records_by_source(settings: Settings, plan: JobPlan, run_id: str | None) -> dict[str, int]:
+    """Records the run's units read, per source (from the ledger: gaps and markers excluded)."""
+    from rewind.job.service import open_ledger
+
+    if run_id is None:
+        return {}
+    sources = {u.id: u.source for u in plan.units}
+    out: dict[str, int] = {}
+    with open_ledger(settings) as ledger:
+        for u in ledger.units(run_id):
+            source = sources.get(u.unit_id, "kafka")
+            out[source] = out.get(source, 0) + u.records_read
+    return out
 
 
 def _sample_live_lag(settings: Settings, spec: JobSpec) -> dict[str, Any]:
