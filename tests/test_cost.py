@@ -144,6 +144,29 @@ def test_prices_in_settings(tmp_path: Path) -> None:
     assert load_settings(env={}, cwd=tmp_path).cost.prices() == {"core_hour": Price(0.05, "USD")}
 
 
+@pytest.mark.parametrize(
+    ("yaml", "says"),
+    [
+        ("cost: {core_hour: 0.05}\n", "cost.core_hour: 0.05 has no currency"),
+        ("cost: {gb_egress: '0.09'}\n", "cost.gb_egress: '0.09' is not a price"),
+    ],
+)
+def test_rewind_plan_refuses_a_price_without_units_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, yaml: str, says: str
+) -> None:
+    """Refused before any broker is asked (none listens on the port given)."""
+    from rewind.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REWIND_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    (tmp_path / "rewind.yaml").write_text(yaml)
+    spec = jf.write_spec(tmp_path / "spec.yaml", jf.order_spec("priced", "t", "c.orders"))
+    result = CliRunner().invoke(app, ["plan", str(spec)])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0], result.output
+
+
 def test_rewind_plan_shows_the_cost_in_raw_numbers_and_human_units(
     tmp_path: Path, bootstrap: str, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

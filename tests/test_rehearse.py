@@ -175,6 +175,9 @@ def test_rehearsal_on_tansu_touches_nothing_real_and_cleans_up(
     [
         (["--fraction", "1.5"], "--fraction 1.5 is outside (0, 1]"),
         (["--records", "-3"], "--records -3 must be positive"),
+        (["--fraction", "0"], "--fraction 0.0 is outside (0, 1]"),
+        (["--fraction", "-0.5"], "--fraction -0.5 is outside (0, 1]"),
+        (["--fraction", "0.1", "--records", "10"], "not both"),
     ],
 )
 def test_rewind_rehearse_refuses_a_bad_slice_in_one_line(
