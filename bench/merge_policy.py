@@ -10,7 +10,7 @@ targets holding the same live rows (N/10, half of their keys also in the run, ol
 
 Two scenarios: unique keys in the run (the usual read-model repair) and 1% of the run's keys
 written twice (dedup rewrites the files holding the older rows). Prints seconds and the ratio
-b/a per scenario.
+b/a per scenario, medians of ``--repeat`` runs of each side taken in turn.
 
 ``--job N``: also the whole backfill, end to end on the embedded broker (N records, default
 200,000): ``rewind run`` of the same spec into a new Iceberg table without and with
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import tempfile
 import time
@@ -32,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import machine, stamp
 
 FILES = 8
+RUN = "r-20261125-120000-b3nc4a"
+"""A run id of the ledger's shape (longer than the 16 characters Iceberg keeps as a bound)."""
 
 
 def rows(n: int, run_id: str, base_us: int, duplicates: float, start_key: int = 0) -> object:
@@ -67,24 +71,29 @@ def one(catalog: object, name: str, live: object, data: object, merge: bool) -> 
     table = catalog.create_table(name, schema=data.schema)  # type: ignore[attr-defined]
     table.append(live)
     sink = IcebergSink(catalog, name)  # type: ignore[arg-type]
-    staging = sink.prepare("bench", data.schema)  # type: ignore[attr-defined]
-    began = time.perf_counter()
+    staging = sink.prepare(RUN, data.schema)  # type: ignore[attr-defined]
+    began, cpu = time.perf_counter(), time.process_time()
     folder = sink.data_folder(staging)
     step = -(-data.num_rows // FILES)  # type: ignore[attr-defined]
     slices = range(0, data.num_rows, step)  # type: ignore[attr-defined]
     files = [write_parquet(folder, data.slice(i, step), "unit") for i in slices]  # type: ignore[attr-defined]
-    sink.commit(staging, "bench", ["u"], files)
-    appended = time.perf_counter() - began
-    out = {"append_s": appended}
+    sink.commit(staging, RUN, ["u"], files)
+    appended, appended_cpu = time.perf_counter() - began, time.process_time() - cpu
+    out = {"append_s": appended, "append_cpu_s": appended_cpu}
     if merge:
-        result = merge_iceberg(sink, staging, "bench", ["order_id"], MergePolicy())
+        result = merge_iceberg(sink, staging, RUN, ["order_id"], MergePolicy())
         out["merge_s"] = time.perf_counter() - began - appended
+        out["merge_cpu_s"] = time.process_time() - cpu - appended_cpu
         out["counts"] = result.counts  # type: ignore[assignment]
+    # the process's CPU time (all its threads) moves far less with other sessions' load than
+    # the wall clock does: both are reported
+    out["total_s"] = time.perf_counter() - began
+    out["total_cpu_s"] = time.process_time() - cpu
+    if merge:  # checked outside the timed part
         loaded = catalog.load_table(name)  # type: ignore[attr-defined]
         head = loaded.snapshot_by_name(staging.ref).snapshot_id
-        keys = loaded.scan(snapshot_id=head).to_arrow()["order_id"]
+        keys = loaded.scan(snapshot_id=head, selected_fields=("order_id",)).to_arrow()["order_id"]
         assert len(keys) == len(set(keys.to_pylist())), "a key twice after the merge"
-    out["total_s"] = time.perf_counter() - began
     return out
 
 
@@ -134,6 +143,7 @@ def job(n: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each side (medians)")
     parser.add_argument("--job", type=int, default=0, help="records of the end-to-end run (0: skip)")
     args = parser.parse_args()
     n = args.rows
@@ -148,19 +158,30 @@ def main() -> None:
     live = rows(n // 10, "live", base - 10**9, 0.0, start_key=n - n // 20)  # older; half overlap
     results = {}
     for label, dups in (("unique keys", 0.0), ("1% duplicate keys", 0.01)):
-        data = rows(n, "bench", base, dups)
+        data = rows(n, RUN, base, dups)
         live_cast = live.cast(data.schema)
         tag = "u" if not dups else "d"
-        plain = one(catalog, f"b.plain_{tag}", live_cast, data, merge=False)
-        merged = one(catalog, f"b.merged_{tag}", live_cast, data, merge=True)
+        plains, merges = [], []
+        for r in range(args.repeat):  # (a) and (b) in turn, medians: the load moves under both
+            plains.append(one(catalog, f"b.plain_{tag}{r}", live_cast, data, merge=False))
+            merges.append(one(catalog, f"b.merged_{tag}{r}", live_cast, data, merge=True))
+
+        def median(runs: list[dict[str, float]], what: str) -> float:
+            return statistics.median(r[what] for r in runs)
+
         results[label] = {
-            "plain_append_s": round(plain["total_s"], 2),
-            "merge_total_s": round(merged["total_s"], 2),
-            "of_which_merge_step_s": round(merged["merge_s"], 2),
-            "ratio_b_over_a": round(merged["total_s"] / plain["total_s"], 2),
-            "decisions": merged["counts"],
+            "plain_append_s": round(median(plains, "total_s"), 2),
+            "merge_total_s": round(median(merges, "total_s"), 2),
+            "of_which_merge_step_s": round(median(merges, "merge_s"), 2),
+            "ratio_b_over_a": round(median(merges, "total_s") / median(plains, "total_s"), 2),
+            "plain_append_cpu_s": round(median(plains, "total_cpu_s"), 2),
+            "merge_total_cpu_s": round(median(merges, "total_cpu_s"), 2),
+            "of_which_merge_step_cpu_s": round(median(merges, "merge_cpu_s"), 2),
+            "ratio_b_over_a_cpu": round(median(merges, "total_cpu_s") / median(plains, "total_cpu_s"), 2),
+            "decisions": merges[0]["counts"],
         }
     report: dict[str, object] = {"when": stamp(), "machine": machine(), "rows": n, "live_rows": n // 10}
+    report["load_average"] = [round(x, 1) for x in os.getloadavg()]
     report["sink_only"] = results
     if args.job:
         report["whole_run"] = job(args.job)

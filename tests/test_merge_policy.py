@@ -218,3 +218,64 @@ def test_a_bare_time_is_a_cut_line_and_defaults_are_written_out() -> None:
         "dedup": "key",
         "ambiguous": "latest-offset",
     }
+
+
+def _as_rows(t: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r.values()) for r in t.to_pylist())
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(0, 30),
+            st.sampled_from([1.0, 2.0]),
+            st.integers(0, 5),
+            st.integers(0, 1),
+            st.integers(0, 9),
+        ),
+        max_size=40,
+    ),
+    live=rows_strategy,
+    on_collision=st.sampled_from(["prefer-live", "prefer-backfill", "latest-event-time", "latest-offset"]),
+    ambiguous=st.sampled_from(["route", "latest-offset"]),
+    cut=st.none() | st.integers(0, 5),
+)
+def test_deciding_only_the_contested_rows_decides_like_deciding_all(
+    rows: list[Any], live: list[Any], on_collision: Any, ambiguous: Any, cut: int | None
+) -> None:
+    """The fast path (only keys the run repeats or live holds go through the sort and join)
+    gives the decisions, rows and replaced keys of the full path, row for row."""
+    from rewind.core.merge import _decide_all
+
+    run, there = table(rows), table(live)
+    policy = MergePolicy(on_collision, ambiguous, cut_time_us=cut)
+    fast, full = decide(run, there, ["k"], policy), _decide_all(run, there, ["k"], policy)
+    assert fast.counts == full.counts
+    assert _as_rows(fast.applied) == _as_rows(full.applied)
+    assert _as_rows(fast.routed) == _as_rows(full.routed)
+    assert sorted(fast.replaced.column("k").to_pylist()) == sorted(full.replaced.column("k").to_pylist())
+    assert list(fast.applied_positions) == sorted(fast.applied_positions)
+
+
+def test_string_and_null_keys_take_the_encoded_path() -> None:
+    run = pa.table(
+        {
+            "k": pa.array(["a", None, "b", None, "c"]),
+            "_rewind_source_timestamp": pa.array([1, 2, 3, 4, 5], pa.int64()),
+            "_rewind_source_topic": pa.array(["t"] * 5),
+            "_rewind_source_partition": pa.array([0] * 5, pa.int32()),
+            "_rewind_source_offset": pa.array([1, 2, 3, 4, 5], pa.int64()),
+        }
+    )
+    live = run.slice(2, 1)  # "b" meets live, the two nulls are one key written twice
+    result = decide(run, live, ["k"], MergePolicy("prefer-live"))
+    assert result.counts == {
+        "applied": 3,
+        "deduplicated": 1,
+        "superseded": 1,
+        "rejected_stale": 0,
+        "routed": 0,
+    }
+    assert result.applied.column("k").to_pylist() == ["a", None, "c"]
+    assert result.applied.column("_rewind_source_offset").to_pylist() == [1, 4, 5]

@@ -60,9 +60,11 @@ def rewrite(
     tasks: Sequence[FileScanTask],
     keep: Mapping[int, Any],
     properties: dict[str, str],
+    tables: Mapping[int, pa.Table] | None = None,
 ) -> int:
     """Replace each file ``keep`` names (task index → boolean mask over its rows) by its kept
-    rows, in one overwrite snapshot; returns the rows deleted."""
+    rows, in one overwrite snapshot; returns the rows deleted. ``tables``: files the caller
+    read already, whole (task index → all its rows), not read again."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
@@ -74,7 +76,7 @@ def rewrite(
     with tx.update_snapshot(snapshot_properties=properties, branch=branch).overwrite() as overwrite:
         for index, mask in sorted(keep.items()):
             task = tasks[index]
-            rows = scan.to_table([task])
+            rows = tables[index] if tables and index in tables else scan.to_table([task])
             kept = rows.filter(mask)
             deleted += rows.num_rows - kept.num_rows
             overwrite.delete_data_file(task.file)
