@@ -23,6 +23,8 @@ from rewind.job.merge_iceberg import MERGED_PROPERTY, merge_iceberg
 from rewind.sinks.iceberg import IcebergSink
 
 BASE = 1_790_000_000_000_000
+RUN = "r-20261125-120000-abc123"
+"""Ledger-shaped: longer than an Iceberg bound (16 characters), so files are told by commit."""
 
 
 def rows(keys: list[int], value: float, run: str, t0: int, offset0: int = 0) -> pa.Table:
@@ -50,9 +52,9 @@ def staged(catalog: Any, name: str, live: list[pa.Table], run: list[pa.Table]) -
     for part in live:
         table.append(part.cast(run[0].schema))
     sink = IcebergSink(catalog, f"m.{name}")
-    staging = sink.prepare("r-1", run[0].schema)
+    staging = sink.prepare(RUN, run[0].schema)
     files = [write_parquet(sink.data_folder(staging), part, "unit") for part in run]
-    sink.commit(staging, "r-1", [f"u{i}" for i in range(len(run))], files)
+    sink.commit(staging, RUN, [f"u{i}" for i in range(len(run))], files)
     return sink, staging
 
 
@@ -78,8 +80,8 @@ def test_the_branch_holds_what_deciding_every_row_says(iceberg_catalog: Any, pol
     far = rows(list(range(1000, 1010)), 500.0, "live", -10_000)  # keys the run never writes
     near = rows([3, 4, 5, 50], 100.0, "live", -10_000)  # 3, 4, 5 older than the run's
     ahead = rows([6], 600.0, "live", 10_000)  # newer than the run's 6
-    run = [rows([1, 2, 3, 4], 1.0, "r-1", 0), rows([5, 6, 7, 1, 7], 10.0, "r-1", 0, offset0=4)]
-    run.append(rows([50, 60], 20.0, "r-1", 0, offset0=9))  # meets live, no key twice: not read whole
+    run = [rows([1, 2, 3, 4], 1.0, RUN, 0), rows([5, 6, 7, 1, 7], 10.0, RUN, 0, offset0=4)]
+    run.append(rows([50, 60], 20.0, RUN, 0, offset0=9))  # meets live, no key twice: not read whole
     # 7 twice at different times (dedup); 1 twice at the same time with other values (a tie)
     run[1] = run[1].set_column(6, "_rewind_source_timestamp", run[0].column(6).take([0, 1, 2, 0, 3]))
     name = policy.on_collision.replace("-", "_") + policy.ambiguous.replace("-", "_")
@@ -88,7 +90,7 @@ def test_the_branch_holds_what_deciding_every_row_says(iceberg_catalog: Any, pol
     far_file = next(f for f in before if pq.read_table(local(f)).column("k")[0].as_py() == 1000)
     hidden = Path(local(far_file) + ".away")
     Path(local(far_file)).rename(hidden)  # opening it now would fail the merge
-    result = merge_iceberg(sink, staging, "r-1", ["k"], policy)
+    result = merge_iceberg(sink, staging, RUN, ["k"], policy)
     hidden.rename(local(far_file))
 
     everything = pa.concat_tables(run)
@@ -102,7 +104,7 @@ def test_the_branch_holds_what_deciding_every_row_says(iceberg_catalog: Any, pol
     kept_live = live.filter(pa.array([k not in replaced for k in live.column("k").to_pylist()]))
     assert as_set(got) == as_set(expected.applied) | as_set(kept_live)
     assert got.num_rows == len(set(got.column("k").to_pylist())), "a key twice"
-    assert head.summary.additional_properties[MERGED_PROPERTY] == "r-1"
+    assert head.summary.additional_properties[MERGED_PROPERTY] == RUN
     assert far_file in after, "the live file the run's keys cannot meet is kept as it is"
     assert result.routed.num_rows == result.counts["routed"]
     if policy.ambiguous == "route":
@@ -112,13 +114,13 @@ def test_the_branch_holds_what_deciding_every_row_says(iceberg_catalog: Any, pol
 
 def test_a_run_meeting_nothing_rewrites_no_file(iceberg_catalog: Any) -> None:
     live = rows([100, 101], 5.0, "live", -10_000)
-    sink, staging = staged(iceberg_catalog, "quiet", [live], [rows([1, 2, 3], 1.0, "r-1", 0)])
+    sink, staging = staged(iceberg_catalog, "quiet", [live], [rows([1, 2, 3], 1.0, RUN, 0)])
     _, before = branch(iceberg_catalog, "quiet", staging.ref)
-    result = merge_iceberg(sink, staging, "r-1", ["k"], MergePolicy())
+    result = merge_iceberg(sink, staging, RUN, ["k"], MergePolicy())
     head, after = branch(iceberg_catalog, "quiet", staging.ref)
     assert result.counts["applied"] == 3 and sum(result.counts.values()) == 3
     assert after == before
-    assert head.summary.additional_properties[MERGED_PROPERTY] == "r-1"
+    assert head.summary.additional_properties[MERGED_PROPERTY] == RUN
 
 
 CHILD = """
@@ -130,7 +132,7 @@ from rewind.sinks.iceberg import IcebergSink, IcebergStaging
 
 catalog = SqlCatalog("test", uri=sys.argv[1], warehouse=sys.argv[2])
 staging = IcebergStaging.from_dict(json.loads(sys.argv[4]))
-merge_iceberg(IcebergSink(catalog, sys.argv[3]), staging, "r-1", ["k"], MergePolicy())
+merge_iceberg(IcebergSink(catalog, sys.argv[3]), staging, sys.argv[5], ["k"], MergePolicy())
 """
 
 
@@ -146,13 +148,13 @@ def test_a_driver_killed_during_the_merge_commit_merges_once_on_resume(iceberg_c
     from rewind.job.merge import _done
 
     live = rows([2, 3, 40], 100.0, "live", -10_000)
-    run = [rows([1, 2, 3, 5], 1.0, "r-1", 0), rows([5, 6], 10.0, "r-1", 1_000, offset0=4)]
+    run = [rows([1, 2, 3, 5], 1.0, RUN, 0), rows([5, 6], 10.0, RUN, 1_000, offset0=4)]
     sink, staging = staged(iceberg_catalog, "killed", [live], run)
     before, files = branch(iceberg_catalog, "killed", staging.ref)
     env = {**os.environ, "REWIND_FAULT": "mid-merge-commit"}
     args = [iceberg_catalog.properties["uri"], iceberg_catalog.properties["warehouse"], "m.killed"]
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, *args, json.dumps(staging.to_dict())],
+        [sys.executable, "-c", CHILD, *args, json.dumps(staging.to_dict()), RUN],
         env=env,
         capture_output=True,
         text=True,
@@ -161,9 +163,9 @@ def test_a_driver_killed_during_the_merge_commit_merges_once_on_resume(iceberg_c
     assert proc.returncode == -9, proc.stderr[-2000:]
     head, after = branch(iceberg_catalog, "killed", staging.ref)
     assert head.snapshot_id == before.snapshot_id and after == files
-    assert _done(sink, staging, "r-1", None) is None
+    assert _done(sink, staging, RUN, None) is None
 
-    result = merge_iceberg(sink, staging, "r-1", ["k"], MergePolicy())
+    result = merge_iceberg(sink, staging, RUN, ["k"], MergePolicy())
     assert result.counts == {
         "applied": 5,
         "deduplicated": 1,
@@ -171,14 +173,14 @@ def test_a_driver_killed_during_the_merge_commit_merges_once_on_resume(iceberg_c
         "rejected_stale": 0,
         "routed": 0,
     }
-    assert _done(sink, staging, "r-1", None) == result.counts
+    assert _done(sink, staging, RUN, None) == result.counts
     head, _ = branch(iceberg_catalog, "killed", staging.ref)
     got = iceberg_catalog.load_table("m.killed").scan(snapshot_id=head.snapshot_id).to_arrow()
     assert sorted((r["k"], r["_rewind_run_id"]) for r in got.to_pylist()) == [
-        (1, "r-1"),
-        (2, "r-1"),
-        (3, "r-1"),
-        (5, "r-1"),
-        (6, "r-1"),
+        (1, RUN),
+        (2, RUN),
+        (3, RUN),
+        (5, RUN),
+        (6, RUN),
         (40, "live"),
     ]

@@ -6,8 +6,8 @@ what a merge adds to a plain append (``bench/merge_policy.py``), so it reads in 
 
 1. **Plan** the branch's data files with their column bounds (manifests only).
 2. **Keys**: the files that may hold the run's rows (their ``_rewind_run_id`` bounds admit the
-   run id) are read, key columns and run id only (a file whose bounds are exactly the run id
-   and that has no null run id is known to be the run's without reading that column). The
+   run id) are read, key columns and run id only; a file the run's own unit commits added (or
+   whose bounds are exactly the run id, no nulls) is the run's without reading that column. The
    other files are read, key columns only, when their key bounds overlap the run's key range;
    a file whose keys cannot meet the run's is never opened.
 3. **Contested** rows (:func:`rewind.core.merge_keys.contested`): the run writes the key twice
@@ -81,7 +81,7 @@ def merge_iceberg(
 
     table = sink.catalog.load_table(staging.table)
     tasks = _plan(table, staging.ref)
-    found = _read_keys(table, tasks, run_id, key)
+    found = _read_keys(table, staging.ref, tasks, run_id, key)
     n_run = int(found.mine.sum())
     run_at, live_at = np.flatnonzero(found.mine), np.flatnonzero(~found.mine)
     codes, _ = key_codes(key_array(found.keys, key), None)
@@ -154,6 +154,30 @@ def _run_file(table: Table, task: FileScanTask, run_id: str) -> bool | None:
     return True if low == high == run_id and nulls == 0 else None
 
 
+def _unit_files(table: Table, ref: str, run_id: str) -> set[str]:
+    """Paths of the files the run's own unit commits added to ``ref``: a unit's files hold only
+    rows of the run (a ledger run id is longer than the 16 characters Iceberg keeps as a bound,
+    so the bounds alone cannot tell, and reading every row's run id costs). Re-drives, whose
+    rows name the re-drive, and the file-less marker commits are not unit commits."""
+    from rewind.sinks.iceberg import RUN_PROPERTY, UNITS_PROPERTY
+
+    ours = set()
+    for snap in table.metadata.snapshots:
+        props = snap.summary.additional_properties if snap.summary else {}
+        units = props.get(UNITS_PROPERTY, "")
+        if props.get(RUN_PROPERTY) == run_id and units and not units.startswith("redrive-"):
+            ours.add(snap.snapshot_id)
+    head = table.snapshot_by_name(ref)
+    if not ours or head is None:
+        return set()
+    found = set()
+    for manifest in head.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.snapshot_id in ours:
+                found.add(entry.data_file.file_path)
+    return found
+
+
 def _may_meet(table: Table, task: FileScanTask, key: Sequence[str], span: tuple[Any, Any] | None) -> bool:
     """Whether a file's key bounds admit a key in ``span`` (the run's smallest and largest)."""
     if span is None or len(key) != 1:
@@ -164,7 +188,7 @@ def _may_meet(table: Table, task: FileScanTask, key: Sequence[str], span: tuple[
     return not (high < span[0] or low > span[1])
 
 
-def _read_keys(table: Table, tasks: Sequence[FileScanTask], run_id: str, key: list[str]) -> _Keys:
+def _read_keys(table: Table, ref: str, tasks: Sequence[FileScanTask], run_id: str, key: list[str]) -> _Keys:
     """Step 2: the run's files first (key and run id), then live's that may meet its keys."""
     import numpy as np
     import pyarrow as pa
@@ -172,8 +196,11 @@ def _read_keys(table: Table, tasks: Sequence[FileScanTask], run_id: str, key: li
 
     parts: list[tuple[int, pa.Table, np.ndarray]] = []
     rest = []
+    units = _unit_files(table, ref, run_id)
     for index, task in enumerate(tasks):
         kind = _run_file(table, task, run_id)
+        if kind is None and task.file.file_path in units:
+            kind = True
         if kind is False:
             rest.append(index)
             continue
