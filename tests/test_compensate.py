@@ -1,8 +1,9 @@
 """``rewind compensate RUN --topic T``: a consumer applying the corrections reaches the verified state.
 
-On each real broker: a v1 projection (a translate that doubles odd SKUs' quantities and drops
-``s1``) is promoted to production; a fixed run (v2: right quantities, drops ``s0``) replaces it
-on its staging branch and is verified. Compensation writes, for every differing key, a
+A v1 projection (a translate that doubles odd SKUs' quantities and drops ``s1``) is promoted to
+production; a fixed run (v2: right quantities, drops ``s0``) replaces it on its staging branch
+(Iceberg) or staging table (SQLite, the embedded SQL sink) and is verified; these runs are made
+once for the module. On each real broker, compensation writes, for every differing key, a
 retraction and a correction (or one correction) keyed by the SKU, on murmur2's partition,
 with the synthetic headers and the run id, in one transaction with its marker; a consumer that
 starts from production's v1 rows and applies them ends with exactly the staging's rows. A
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ def right(events: pd.DataFrame) -> pd.DataFrame:
     return events[events["sku"] != "s0"][["_rewind_row", "sku", "qty"]]
 
 
-def spec(topic: str, table: str, function: str, version: str, **sink: Any) -> Any:
+def spec(topic: str, function: str, version: str, sink: dict[str, Any]) -> Any:
     return parse_spec(
         {
             "name": "stock",
@@ -54,7 +56,7 @@ def spec(topic: str, table: str, function: str, version: str, **sink: Any) -> An
                 "output_schema": {"sku": "string", "qty": "long"},
             },
             "key": ["sku"],
-            "sink": {"iceberg": {"table": table, **sink}},
+            "sink": sink,
             "verify": {
                 "assertions": [
                     {"name": "no negative", "sql": "SELECT count(*) FROM staging WHERE qty < 0", "expect": 0}
@@ -92,19 +94,35 @@ def user_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
     return {r["sku"]: r["qty"] for r in rows}
 
 
-def test_applying_the_compensation_to_v1_reaches_the_verified_state(
-    broker: TestBroker, tmp_path: Path
-) -> None:
+@dataclass
+class Case:
+    state: Path
+    run_id: str
+    production: dict[str, int]
+    verified: dict[str, int]
+
+    @property
+    def differing(self) -> list[str]:
+        both = self.production.keys() | self.verified.keys()
+        return sorted(k for k in both if self.production.get(k) != self.verified.get(k))
+
+
+def make_case(tmp: Path, bootstrap: str, kind: str) -> Case:
+    """v1 promoted to production and v2 staged, refused while unverified, then verified (the
+    runs read the session's broker; compensation, the part that talks to Kafka
+    transactionally, runs on each broker)."""
     from confluent_kafka import Producer
 
+    from rewind.catalog import load_catalog
     from rewind.job.compensate import CompensateRefused, compensate_run
+    from rewind.job.components import make_sink
     from rewind.job.publish import promote_run
     from rewind.job.service import run_job
+    from rewind.sinks.sql.publish import read_sides
     from rewind.verify.service import verify_run
 
     settings = load_settings(
-        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(tmp_path / "state")},
-        cwd=tmp_path,
+        env={"REWIND_BOOTSTRAP_SERVERS": bootstrap, "REWIND_STATE_DIR": str(tmp / "state")}, cwd=tmp
     )
     conf = settings.kafka_config()
     source = f"stock-{uuid.uuid4().hex[:8]}"
@@ -115,29 +133,62 @@ def test_applying_the_compensation_to_v1_reaches_the_verified_state(
         producer.produce(source, key=f"s{i}", value=value, timestamp=BASE_MS + i * 1000)
     assert producer.flush(10) == 0
     table = f"comp.stock_{source[-8:]}"
-
-    v1 = run_job(settings, spec(source, table, "wrong", "1"))
+    first, second = {
+        "iceberg": ({"iceberg": {"table": table}}, {"iceberg": {"table": table, "mode": "replace-window"}}),
+        "sqlite": ({"postgres": {"table": "stock", "url": f"sqlite:///{tmp / 'model.db'}"}},) * 2,
+    }[kind]
+    v1 = run_job(settings, spec(source, "wrong", "1", first))
     promote_run(settings, v1.run_id, force=True, reason="test: production's v1")
-    from rewind.catalog import load_catalog
+    v2_spec = spec(source, "right", "2", second)
+    v2 = run_job(settings, v2_spec)
+    if kind == "iceberg":
+        rows = load_catalog(settings).load_table(table).scan().to_arrow().to_pylist()
+        staged = jf.staging_table(settings, v2.staging).to_pylist()
+    else:
+        sink = make_sink(settings, v2_spec)
+        before, after = read_sides(sink, sink.staging_from_dict(v2.staging))  # type: ignore[arg-type]
+        sink.close()
+        rows, staged = (before.to_pylist() if before is not None else []), after.to_pylist()
+    case = Case(tmp / "state", v2.run_id, user_rows(rows), user_rows(staged))
+    assert case.production != case.verified and "s0" in case.production and "s1" in case.verified
 
-    production = user_rows(load_catalog(settings).load_table(table).scan().to_arrow().to_pylist())
-    v2 = run_job(settings, spec(source, table, "right", "2", mode="replace-window"))
-    verified = user_rows(jf.staging_table(settings, v2.staging).to_pylist())
-    assert production != verified and "s0" in production and "s1" in verified
-
-    with pytest.raises(CompensateRefused) as refused:
+    with pytest.raises(CompensateRefused) as refused:  # bad input: one line, nothing written
         compensate_run(settings, v2.run_id, "anything")
     assert str(refused.value) == (
         f"run {v2.run_id} is not verified (it was never verified); "
         f"run `rewind verify {v2.run_id}` until it passes"
     )
     assert verify_run(settings, v2.run_id)["passed"]
+    return case
 
-    differing = sorted(k for k in production.keys() | verified.keys() if production.get(k) != verified.get(k))
-    for shape in ("retract-and-correct", "correction"):
+
+# one module-scoped case per sink, made once for both brokers (each its own fixture, so that
+# neither test's setup carries both cases' runs)
+@pytest.fixture(scope="module")
+def iceberg_case(tmp_path_factory: pytest.TempPathFactory, bootstrap: str) -> Case:
+    return make_case(tmp_path_factory.mktemp("compensate-iceberg"), bootstrap, "iceberg")
+
+
+@pytest.fixture(scope="module")
+def sqlite_case(tmp_path_factory: pytest.TempPathFactory, bootstrap: str) -> Case:
+    return make_case(tmp_path_factory.mktemp("compensate-sqlite"), bootstrap, "sqlite")
+
+
+@pytest.mark.parametrize("kind", ["iceberg", "sqlite"])
+def test_applying_the_compensation_to_v1_reaches_the_verified_state(
+    broker: TestBroker, kind: str, request: pytest.FixtureRequest
+) -> None:
+    case: Case = request.getfixturevalue(f"{kind}_case")
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(case.state)},
+        cwd=case.state.parent,
+    )
+    conf = settings.kafka_config()
+    # both shapes on Iceberg; on SQLite the shape code is the same, one shape shows its rows
+    for shape in ("retract-and-correct", "correction") if kind == "iceberg" else ("retract-and-correct",):
         out = f"stock-model-{uuid.uuid4().hex[:8]}"
         create_topic(conf, out, OUT_PARTITIONS)
-        check_shape(settings, conf, v2.run_id, out, shape, production, verified, differing)
+        check_shape(settings, conf, case.run_id, out, shape, case.production, case.verified, case.differing)
 
 
 def check_shape(

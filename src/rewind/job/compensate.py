@@ -22,8 +22,10 @@ written exactly once:
    then the marker (key ``rewind-compensate``, header ``rewind-marker: <run>``, the counts);
    commit; then the audit entry ``compensated``.
 
+Production is the Iceberg target's ``main`` against the run's staging branch (or table), or a
+PostgreSQL/SQLite target table against the run's staging table (both read in one transaction).
 Consumers skip records with a ``rewind-marker`` header. The diff reads both sides into memory
-(pyiceberg): fine for repairs of up to a few million rows.
+(pyiceberg, or through the SQL driver): fine for repairs of up to a few million rows.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from rewind.errors import RewindError
 
 if TYPE_CHECKING:
     from rewind.config import Settings
+    from rewind.spec import JobSpec
 
 Shape = Literal["retract-and-correct", "correction"]
 SHAPES: tuple[str, ...] = ("retract-and-correct", "correction")
@@ -100,7 +103,6 @@ def compensate_run(
     settings: Settings, run_id: str, topic: str, shape: Shape = "retract-and-correct", dry_run: bool = False
 ) -> dict[str, Any]:
     """Steps 1-4 of the module docstring; returns the counts per op and what was written."""
-    from rewind.catalog import load_catalog
     from rewind.job.plan import JobPlan
     from rewind.ledger import Ledger
 
@@ -115,18 +117,12 @@ def compensate_run(
                 f"run {run_id} is not verified ({why}); run `rewind verify {run_id}` until it passes"
             )
         spec = JobPlan.from_dict(ledger.get_plan(run.plan_id).plan).job_spec()
-        if spec.sink.iceberg is None or not spec.key or not run.staging:
+        if (spec.sink.iceberg is None and spec.sink.postgres is None) or not spec.key or not run.staging:
             raise CompensateRefused(
-                f"run {run_id}: compensation diffs an Iceberg staging by key; this run has none"
+                f"run {run_id}: compensation diffs a table staging (Iceberg, PostgreSQL or SQLite) "
+                "with production by key; this run has none"
             )
-        catalog = load_catalog(settings)
-        staged = catalog.load_table(run.staging["table"])
-        ref = staged.snapshot_by_name(run.staging.get("branch") or "main")
-        new = staged.scan(snapshot_id=ref.snapshot_id).to_arrow().to_pylist() if ref is not None else []
-        target = spec.sink.iceberg.table
-        prod = catalog.load_table(target) if catalog.table_exists(target) else None
-        head = prod.current_snapshot() if prod is not None else None
-        old = prod.scan(snapshot_id=head.snapshot_id).to_arrow().to_pylist() if prod and head else []
+        old, new = _sides(settings, spec, run.staging)
         changes = diff(old, new, list(spec.key))
         msgs = messages(changes, list(spec.key), shape, run_id)
         counts = {op: sum(1 for m in msgs if m[3] == op) for op in ("retract", "correct", "correction")}
@@ -146,6 +142,36 @@ def compensate_run(
             _produce(settings.kafka_config(), topic, run_id, msgs, out)
             ledger.audit(run_id, "compensated", {k: v for k, v in out.items() if k != "already_done"})
         return out
+
+
+def _sides(
+    settings: Settings, spec: JobSpec, staging: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Production's rows and the run's staged rows: the Iceberg target's ``main`` and the
+    staging branch (or table), or the SQL target table and the staging table (read in one
+    transaction)."""
+    if spec.sink.postgres is not None:
+        from rewind.job.components import make_sink
+        from rewind.sinks.sql.publish import read_sides
+
+        sink = make_sink(settings, spec)
+        try:
+            before, after = read_sides(sink, sink.staging_from_dict(staging))  # type: ignore[arg-type]
+        finally:
+            sink.close()
+        return (before.to_pylist() if before is not None else []), after.to_pylist()
+    from rewind.catalog import load_catalog
+
+    assert spec.sink.iceberg is not None
+    catalog = load_catalog(settings)
+    staged = catalog.load_table(staging["table"])
+    ref = staged.snapshot_by_name(staging.get("branch") or "main")
+    new = staged.scan(snapshot_id=ref.snapshot_id).to_arrow().to_pylist() if ref is not None else []
+    target = spec.sink.iceberg.table
+    prod = catalog.load_table(target) if catalog.table_exists(target) else None
+    head = prod.current_snapshot() if prod is not None else None
+    old = prod.scan(snapshot_id=head.snapshot_id).to_arrow().to_pylist() if prod and head else []
+    return old, new
 
 
 def _partitions(conf: dict[str, Any], topic: str) -> int:
