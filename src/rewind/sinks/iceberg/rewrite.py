@@ -91,3 +91,43 @@ def rewrite(
                 for data_file in files:
                     overwrite.append_data_file(data_file)
     return deleted
+
+
+def replace_rows(
+    tx: Transaction,
+    table: Table,
+    branch: str,
+    tasks: Sequence[FileScanTask],
+    keep: Mapping[int, Any],
+    rows: pa.Table,
+    properties: dict[str, str],
+) -> int:
+    """Like :func:`rewrite`, but the kept rows of every file that loses rows and ``rows`` are
+    written together as new files, in ONE overwrite snapshot: an upsert that keeps the number
+    of files from growing with every commit (each one merges the files it touches)."""
+    import pyarrow as pa
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    parts, deleted = [], 0
+    with tx.update_snapshot(snapshot_properties=properties, branch=branch).overwrite() as overwrite:
+        for index, mask in sorted(keep.items()):
+            task = tasks[index]
+            found = scan.to_table([task])
+            kept = found.filter(mask)
+            deleted += found.num_rows - kept.num_rows
+            overwrite.delete_data_file(task.file)
+            parts.append(kept)
+        merged = pa.concat_tables([*parts, rows.cast(parts[0].schema) if parts else rows])
+        if merged.num_rows:
+            files = _dataframe_to_data_files(
+                table_metadata=table.metadata,
+                df=merged,
+                io=table.io,
+                write_uuid=uuid.uuid4(),
+                counter=itertools.count(0),
+            )
+            for data_file in files:
+                overwrite.append_data_file(data_file)
+    return deleted

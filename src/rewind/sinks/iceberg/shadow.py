@@ -12,8 +12,10 @@ never touched by the live service.
   snapshot summary, as every Iceberg commit of a run does. The units' rows and v2's current
   rows (key and lineage columns) are decided by :func:`rewind.core.merge.decide` under
   ``latest-event-time`` (ties by topic, partition, offset: the order the SQL sink's upsert
-  keeps): the unit rows that win are appended, the v2 rows of the keys they replace are
-  deleted file by file (:func:`rewind.sinks.iceberg.rewrite.rewrite`). So v2 never holds a
+  keeps); one overwrite snapshot drops the files holding rows of the keys replaced and writes
+  their other rows together with the winning unit rows
+  (:func:`rewind.sinks.iceberg.rewrite.replace_rows`, so commits merge small files instead of
+  adding one each). So v2 never holds a
   key twice, re-applying a unit changes nothing, and units may commit in any order.
 * **Cut line**: :meth:`IcebergShadowSink.rebase_target` records v1's metadata location at
   the cut (writers stopped) as a property of v2; promotion refuses a v1 that moved since.
@@ -174,9 +176,9 @@ class IcebergShadowSink(IcebergSink):
         """Upsert the units' rows on the key in ONE transaction that names the units.
 
         Steps: (1) read the units' Parquet files and v2's key and lineage columns; (2) decide
-        per key (:data:`UPSERT`); (3) one transaction: delete v2's rows of the replaced keys
-        (only files that lose rows are rewritten), then append the winning rows with the unit
-        ids (and ``extra``) in the snapshot summary; the catalog refuses it if v2 moved
+        per key (:data:`UPSERT`); (3) one overwrite snapshot, with the unit ids (and ``extra``)
+        in its summary: the files holding replaced keys are dropped and their other rows
+        written again with the winning rows; the catalog refuses it if v2 moved
         meanwhile; (4) remove the units' Parquet files, whose rows are now in v2's own files.
         """
         import pyarrow as pa
@@ -184,7 +186,7 @@ class IcebergShadowSink(IcebergSink):
         import pyarrow.parquet as pq
 
         from rewind.core.columns import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TIMESTAMP, SOURCE_TOPIC
-        from rewind.sinks.iceberg.rewrite import FILE_COLUMN, read_files, rewrite
+        from rewind.sinks.iceberg.rewrite import FILE_COLUMN, read_files, replace_rows
 
         table = self._load(staging.table)
         if table is None:
@@ -211,8 +213,10 @@ class IcebergShadowSink(IcebergSink):
                 keep[int(index)] = pa.array(~drop_np[file_of == index])
         props = {RUN_PROPERTY: run_id, UNITS_PROPERTY: ",".join(sorted(unit_ids)), **(extra or {})}
         with table.transaction() as tx:
-            rewrite(tx, table, "main", tasks, keep, {RUN_PROPERTY: run_id, UNITS_PROPERTY: ""})
-            tx.append(result.applied, snapshot_properties=props)
+            if keep or result.applied.num_rows:
+                replace_rows(tx, table, "main", tasks, keep, result.applied, props)
+            else:  # nothing to write: a file-less marker commit still records the units
+                tx.append(result.applied, snapshot_properties=props)
         for f in files:  # best effort: unreferenced once their rows were rewritten into v2
             try:
                 table.io.delete(f)
