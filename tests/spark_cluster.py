@@ -1,0 +1,148 @@
+"""A Spark standalone cluster on loopback, started from the PySpark distribution for a test.
+
+One master and ``workers`` workers of one core each (``spark-class ...Master`` / ``...Worker``,
+as a user would start them without a Spark download), each a process of its own started and
+stopped by pid. The master's ``/json`` page says when the workers registered and, after a
+job, which applications ran on how many cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyspark
+
+from tests.conftest import free_port
+
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # heap sizes go in their own settings
+
+
+@dataclass
+class SparkCluster:
+    master_url: str
+    web_url: str
+    logs: Path
+
+    def state(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.web_url}/json/", timeout=5) as resp:
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+    def completed_apps(self) -> list[dict[str, Any]]:
+        return list(self.state().get("completedapps", []))
+
+    def log_tail(self, lines: int = 30) -> str:
+        out = []
+        for path in sorted(self.logs.glob("*.log")):
+            out.append(
+                f"== {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+            )
+        return "\n".join(out)
+
+
+def _start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in reversed(procs):  # workers first, then the master
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def spark_cluster(folder: Path, workers: int = 2, timeout_s: float = 120) -> Iterator[SparkCluster]:
+    folder.mkdir(parents=True, exist_ok=True)
+    spark_class = str(SPARK_HOME / "bin" / "spark-class")
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,  # the master's and workers' own JVMs: small, quick
+        "SPARK_DAEMON_MEMORY": "512m",
+    }
+    port, web = free_port(), free_port()
+    cluster = SparkCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}", folder)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(
+            _start(
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(web),
+                ],
+                folder / "master.log",
+                env,
+            )
+        )
+        _wait(lambda: cluster.state().get("status") == "ALIVE", timeout_s, "the master", cluster, procs)
+        for i in range(workers):
+            procs.append(
+                _start(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        "1",
+                        "--memory",
+                        "1g",
+                        "--webui-port",
+                        str(free_port()),
+                        "--work-dir",
+                        str(folder / f"worker-{i}"),
+                        cluster.master_url,
+                    ],
+                    folder / f"worker-{i}.log",
+                    env,
+                )
+            )
+        _wait(
+            lambda: cluster.state().get("aliveworkers") == workers, timeout_s, "the workers", cluster, procs
+        )
+        yield cluster
+    finally:
+        _stop(procs)
+
+
+def _wait(
+    ready: Any, timeout_s: float, what: str, cluster: SparkCluster, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        dead = [p for p in procs if p.poll() is not None]
+        if dead:
+            raise RuntimeError(
+                f"{what}: a cluster process exited ({dead[0].returncode})\n{cluster.log_tail()}"
+            )
+        try:
+            if ready():
+                return
+        except OSError:
+            pass  # the web UI is not up yet
+        time.sleep(0.5)
+    raise RuntimeError(f"{what} not ready in {timeout_s:g} s\n{cluster.log_tail()}")
