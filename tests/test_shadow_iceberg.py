@@ -3,8 +3,10 @@
 A producer writes keyed order events while the shadow is rebuilt and catches up; the live
 service (a consumer in a thread, committing the live group's offsets; it assigns its
 partitions, so it needs no group join) upserts each batch into v1, an Iceberg table, with
-pyiceberg's upsert. The shadow (in this process, on the shared Spark session) rebuilds v2 from
-archive + log as a new Iceberg table upserted on the key, follows the topic until caught up,
+pyiceberg's upsert. The shadow rebuilds v2 from archive + log as a new Iceberg table upserted on
+the key and is killed -9 in its tail (after a micro-batch's commit, before Spark marked it
+done); started again (in this process, on the shared Spark session) it skips the replayed
+batch and follows the topic until caught up,
 is verified against v1 (the producer paused: the settle time under live writes is tested on
 SQLite), cut, and swapped in by one transaction of the SQL catalog. Refused on the way, in one
 line with nothing changed: dual-write (Iceberg is cut over hard), a swap after v1 moved past
@@ -108,12 +110,15 @@ class Tail(threading.Thread):
         self.settings, self.spec = settings, spec
         self.halt = threading.Event()
         self.error: BaseException | None = None
+        self.result: dict[str, Any] = {}
 
     def run(self) -> None:
         from rewind.shadow.start import start_shadow
 
         try:
-            start_shadow(self.settings, self.spec, stop=lambda _: self.halt.is_set(), sample_s=0.5)
+            self.result = start_shadow(
+                self.settings, self.spec, stop=lambda _: self.halt.is_set(), sample_s=0.5
+            )
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
 
@@ -216,6 +221,11 @@ def test_iceberg_shadow_rebuilds_verifies_and_swaps_in_v2(
     live.start()
     producer = sf.LiveProducer(conf, topic, 600, rate=10)
     producer.start()
+    # killed -9 after a micro-batch's Iceberg commit, before Spark marked the batch done: the
+    # restarted tail gets the batch again from Spark and finds its units in v2's snapshots
+    env = shadow_env(tmp_path, noida_broker.bootstrap)
+    killed = sf.run_child(env, spec_path, tmp_path / "never", tmp_path, fault="shadow-after-batch-commit:2")
+    assert killed.returncode == -9, killed.stderr[-3000:]
     tail = Tail(settings, spec)
     tail.start()
     try:
@@ -235,6 +245,7 @@ def test_iceberg_shadow_rebuilds_verifies_and_swaps_in_v2(
     finally:
         live.stop()
         tail.stop()
+    assert tail.result["replayed"] == 1, tail.result
     status = shadow_status(settings, NAME)
     v2 = status["v2"]
     rows = rows_of(settings, v2)
