@@ -224,7 +224,7 @@ def _as_rows(t: pa.Table) -> list[tuple[Any, ...]]:
     return sorted(tuple(r.values()) for r in t.to_pylist())
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     rows=st.lists(
         st.tuples(
@@ -240,16 +240,24 @@ def _as_rows(t: pa.Table) -> list[tuple[Any, ...]]:
     on_collision=st.sampled_from(["prefer-live", "prefer-backfill", "latest-event-time", "latest-offset"]),
     ambiguous=st.sampled_from(["route", "latest-offset"]),
     cut=st.none() | st.integers(0, 5),
+    cut_offsets=st.none() | st.dictionaries(st.integers(0, 2), st.integers(0, 50), max_size=3),
 )
 def test_deciding_only_the_contested_rows_decides_like_deciding_all(
-    rows: list[Any], live: list[Any], on_collision: Any, ambiguous: Any, cut: int | None
+    rows: list[Any],
+    live: list[Any],
+    on_collision: Any,
+    ambiguous: Any,
+    cut: int | None,
+    cut_offsets: dict[int, int] | None,
 ) -> None:
-    """The fast path (only keys the run repeats or live holds go through the sort and join)
-    gives the decisions, rows and replaced keys of the full path, row for row."""
+    """The fast paths (uncontested rows applied as they are, a key each side holds once decided
+    from the two rows' lineage in numpy, only the rest through the sort and join) give the
+    decisions, rows and replaced keys of the full path, row for row."""
     from rewind.core.merge import _decide_all
 
     run, there = table(rows), table(live)
-    policy = MergePolicy(on_collision, ambiguous, cut_time_us=cut)
+    offsets = None if cut_offsets is None else {(TOPIC, p): o for p, o in cut_offsets.items()}
+    policy = MergePolicy(on_collision, ambiguous, cut_time_us=cut, cut_offsets=offsets)
     fast, full = decide(run, there, ["k"], policy), _decide_all(run, there, ["k"], policy)
     assert fast.counts == full.counts
     assert _as_rows(fast.applied) == _as_rows(full.applied)
@@ -279,3 +287,28 @@ def test_string_and_null_keys_take_the_encoded_path() -> None:
     }
     assert result.applied.column("k").to_pylist() == ["a", None, "c"]
     assert result.applied.column("_rewind_source_offset").to_pylist() == [1, 4, 5]
+
+
+@pytest.mark.parametrize(
+    "on_collision", ["prefer-live", "prefer-backfill", "latest-event-time", "latest-offset"]
+)
+def test_pairs_at_the_edges_decide_like_deciding_all(on_collision: Any) -> None:
+    """Keys each side holds once, at the edges the numpy pairs path must get right: the same
+    event on both sides, equal offsets, equal times across partitions (left to the general
+    path), a live row exactly at the offset cut line."""
+    from rewind.core.merge import _decide_all
+
+    run = table(
+        [(1, 1.0, 10, 0, 7), (2, 2.0, 10, 0, 3), (3, 3.0, 10, 1, 2), (4, 4.0, 30, 1, 9), (5, 5.0, 5, 0, 1)]
+    )
+    live = table(
+        [(1, 1.0, 10, 0, 7), (2, 9.0, 20, 0, 3), (3, 8.0, 10, 0, 4), (4, 7.0, 40, 1, 12), (5, 6.0, 1, 0, 2)]
+    )
+    for policy in (
+        MergePolicy(on_collision),
+        MergePolicy(on_collision, "route", cut_offsets={(TOPIC, 1): 12}),
+    ):
+        fast, full = decide(run, live, ["k"], policy), _decide_all(run, live, ["k"], policy)
+        assert fast.counts == full.counts, policy
+        assert _as_rows(fast.applied) == _as_rows(full.applied), policy
+        assert sorted(fast.replaced.column("k").to_pylist()) == sorted(full.replaced.column("k").to_pylist())

@@ -109,38 +109,71 @@ def decide(rows: pa.Table, live: pa.Table | None, key: Sequence[str], policy: Me
     """The decision for each of ``rows`` (the run's) against ``live`` (rows the run did not write).
 
     Only the contested rows (:func:`rewind.core.merge_keys.contested`: a key the run writes twice
-    or live holds) go through the sort and join below, with the live rows of their keys; every
-    other row is applied as it is. Decisions are per key, so this is the same as deciding all.
+    or live holds) are decided; every other row is applied as it is. A key the run and live
+    each hold once is decided by comparing the two rows' lineage in numpy
+    (:func:`rewind.core.merge_pairs.decide_pairs`); the rest go through the sort and join of
+    :func:`_decide_all` with the live rows of their keys. Decisions are per key, so this is the
+    same as deciding all (``tests/test_merge_policy.py`` checks it by properties).
     """
     import numpy as np
     import pyarrow as pa
 
-    from rewind.core.merge_keys import contested, key_codes
+    from rewind.core.merge_keys import key_codes, repeated
+    from rewind.core.merge_pairs import APPLIED, REJECTED_STALE, SUPERSEDED, UNDECIDED, decide_pairs
 
     key = list(key)
     has_live = live is not None and live.num_rows > 0
     run_codes, live_codes = key_codes(key_array(rows, key), key_array(live, key) if has_live else None)
-    hard = contested(run_codes, live_codes)
-    if hard.all():
-        return _decide_all(rows, live, key, policy)
-    easy = np.flatnonzero(~hard)
+    twice = repeated(run_codes)
+    met = np.isin(run_codes, live_codes) if has_live else np.zeros(rows.num_rows, dtype=bool)
+    hard = twice | met
+    counts = dict.fromkeys(MERGE_DECISIONS, 0)
     if not hard.any():
-        counts = dict.fromkeys(MERGE_DECISIONS, 0)
         counts["applied"] = rows.num_rows
-        return MergeResult(rows, rows.slice(0, 0), rows.select(key).slice(0, 0), counts, easy, easy[:0])
-    where = np.flatnonzero(hard)
-    theirs = None
-    if has_live:
+        none = np.flatnonzero(hard)
+        return MergeResult(
+            rows, rows.slice(0, 0), rows.select(key).slice(0, 0), counts, np.arange(rows.num_rows), none
+        )
+    applied, replaced = [np.flatnonzero(~hard)], []
+    single = met & ~twice
+    if single.any():  # a key each side holds once: decided from the two rows' lineage
         assert live is not None
-        theirs = live.filter(pa.array(np.isin(live_codes, run_codes[where])))
-    part = _decide_all(rows.take(pa.array(where)), theirs, key, policy)
-    counts = dict(part.counts)
-    counts["applied"] += len(easy)
-    applied = np.sort(np.concatenate([easy, where[part.applied_positions]]))
-    routed = where[part.routed_positions]
-    return MergeResult(
-        rows.take(pa.array(applied)), rows.take(pa.array(routed)), part.replaced, counts, applied, routed
-    )
+        live_twice = repeated(live_codes)
+        if live_twice.any():
+            single &= ~np.isin(run_codes, live_codes[live_twice])
+        ours = np.flatnonzero(single)
+        order = np.argsort(live_codes, kind="stable")
+        theirs_at = order[np.searchsorted(live_codes[order], run_codes[ours])]
+        outcome = decide_pairs(rows, live, ours, theirs_at, policy)
+        hard[ours[outcome != UNDECIDED]] = False
+        applied.append(ours[outcome == APPLIED])
+        counts["rejected_stale"] += int((outcome == REJECTED_STALE).sum())
+        counts["superseded"] += int((outcome == SUPERSEDED).sum())
+        replaced.append(live.select(key).take(pa.array(theirs_at[outcome == APPLIED])))
+    routed = np.zeros(0, dtype=np.int64)
+    if hard.any():
+        where = np.flatnonzero(hard)
+        theirs = None
+        if has_live:
+            assert live is not None
+            theirs = live.filter(pa.array(np.isin(live_codes, run_codes[where])))
+        part = _decide_all(rows.take(pa.array(where)), theirs, key, policy)
+        for name, n in part.counts.items():
+            counts[name] += n
+        applied.append(where[part.applied_positions])
+        routed = where[part.routed_positions]
+        if part.replaced.num_rows:
+            replaced.append(part.replaced)
+    counts["applied"] = sum(len(a) for a in applied)
+    at = np.sort(np.concatenate(applied))
+    if not replaced:
+        gone = rows.select(key).slice(0, 0)
+    else:
+        try:  # the general path's keys came through pandas: back to the pairs' types
+            gone = pa.concat_tables([replaced[0], *(r.cast(replaced[0].schema) for r in replaced[1:])])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return _decide_all(rows, live, key, policy)
+    return MergeResult(rows.take(pa.array(at)), rows.take(pa.array(routed)), gone, counts, at, routed)
 
 
 def _decide_all(
