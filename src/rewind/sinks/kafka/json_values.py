@@ -17,6 +17,7 @@ made by Arrow kernels over whole columns and joined once per batch, instead of a
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ def json_values(batch: pa.RecordBatch, names: list[str]) -> list[bytes]:
     import orjson
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from rewind.sinks.kafka.records import _plain
 
     n = batch.num_rows
     if not names or n == 0:
@@ -59,8 +58,6 @@ def _texts(column: pa.Array) -> tuple[pa.Array, bool]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from rewind.sinks.kafka.records import _iso
-
     kind = column.type
     if len(column) == 0:
         return pa.array([], pa.binary()), False
@@ -86,8 +83,6 @@ def _texts(column: pa.Array) -> tuple[pa.Array, bool]:
         return _quote(pa.array(_iso(column), pa.string()))
     if pa.types.is_date(kind) or pa.types.is_time(kind) or pa.types.is_decimal(kind):
         return _quote(column.cast(pa.string()))
-    from rewind.sinks.kafka.records import json_ready
-
     return _each(json_ready(column)), False
 
 
@@ -141,7 +136,69 @@ def _each(values: list[Any]) -> pa.Array:
     import orjson
     import pyarrow as pa
 
-    from rewind.sinks.kafka.records import _default
-
     dumps = orjson.dumps
     return pa.array([dumps(v, default=_default) for v in values], pa.binary())
+
+
+# -- columns as Python values (the produce call's lists, and orjson's input) ---------------
+
+
+def _default(value: Any) -> Any:
+    """orjson fallback for values inside nested columns."""
+    from decimal import Decimal
+
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, Decimal):
+        return str(value)
+    return str(value)
+
+
+def _plain(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """A column as Python values; the numpy path (5-20x faster) when it has no nulls."""
+    import pyarrow as pa
+
+    kind = column.type
+    fast = (
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or (
+            (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind))
+            and column.null_count == 0
+        )
+    )
+    if fast:
+        return list(column.to_numpy(zero_copy_only=False).tolist())
+    return list(column.to_pylist())
+
+
+def _iso(column: pa.Array) -> list[Any]:
+    """ISO-8601 text of a timestamp column (``T`` separator, ``Z`` when zoned), nulls kept."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = column.cast(pa.timestamp("us", column.type.tz), safe=False).cast(pa.string())
+    return _plain(pc.replace_substring(text, " ", "T"))
+
+
+def json_ready(column: pa.Array) -> list[Any]:
+    """A column as values orjson writes the documented way (see the module docstring)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        column = column.cast(kind.value_type)
+        kind = column.type
+    if pa.types.is_timestamp(kind):
+        return _iso(column)
+    if pa.types.is_date(kind) or pa.types.is_time(kind) or pa.types.is_decimal(kind):
+        return _plain(column.cast(pa.string()))
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
+        b64 = base64.b64encode
+        return [None if v is None else b64(v).decode() for v in column.to_pylist()]
+    if pa.types.is_floating(kind):
+        return _plain(pc.if_else(pc.is_finite(column), column, pa.scalar(None, kind)))
+    return _plain(column)
