@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=15
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce bench-scale clean
+.PHONY: install demo test lint typecheck bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce bench-scale bench-warehouse clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -74,6 +74,9 @@ bench-reproduce: install
 SIZES ?= 1,5
 bench-scale: install
 	$(BIN)/python bench/scale.py --sizes $(SIZES)
+
+bench-warehouse: install
+	$(BIN)/python bench/warehouse_read.py --s3
 
 clean:
 	rm -rf $(VENV) .rewind .pytest_cache

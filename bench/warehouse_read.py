@@ -12,7 +12,8 @@ each figure the median of ``--repeat`` runs of ``count(*)`` and ``sum(length(val
   (s) optional (``--s3``): (p) against moto's S3 server on loopback (moto is a test double
       written in Python, so this shows the path works, not what S3 costs).
 
-Usage: ``python bench/warehouse_read.py [--rows 2000000] [--files 16] [--repeat 3] [--s3]``.
+Usage: ``make bench-warehouse``, or
+``python bench/warehouse_read.py [--rows 2000000] [--files 16] [--repeat 3] [--s3]``.
 """
 
 from __future__ import annotations

@@ -191,3 +191,23 @@ def test_a_history_job_on_an_s3_warehouse_matches_the_local_one(
     assert local_files == []
     for stored in (s3_tmp / "state" / "ledger.db", s3_tmp / "verify.json"):
         assert SECRET.encode() not in stored.read_bytes(), stored
+
+
+def test_the_store_handed_to_tasks_holds_only_fileio_properties_and_never_shows_a_secret() -> None:
+    import pickle
+
+    from rewind.core.store import WarehouseStore, is_local_uri
+
+    props = {
+        "type": "sql",
+        "uri": "postgresql://cat:pw@db/iceberg",
+        "warehouse": "s3://lake/wh",
+        "s3.endpoint": "http://127.0.0.1:9000",
+        "s3.access-key-id": "AKIAEXAMPLE",
+        "s3.secret-access-key": SECRET,
+    }
+    store = WarehouseStore.from_catalog_properties(props)
+    assert dict(store.properties) == {k: v for k, v in props.items() if k.startswith("s3.")}
+    assert SECRET not in repr(store) and SECRET not in str(store) and "AKIAEXAMPLE" not in repr(store)
+    assert pickle.loads(pickle.dumps(store)) == store  # it travels to the tasks in their contexts
+    assert is_local_uri("file:///tmp/x") and is_local_uri("/tmp/x") and not is_local_uri("s3://lake/x")
