@@ -113,7 +113,9 @@ def _result(kind: Any, unit_id: str, counts: RecordCounts) -> Any:
 def _exists(uri: str) -> bool:
     import pyarrow.fs as pafs
 
-    fs, inner = pafs.FileSystem.from_uri(uri)
+    from rewind.core.store import filesystem
+
+    fs, inner = filesystem(uri)  # the warehouse's store: an s3:// quarantine file too
     return bool(fs.get_file_info(inner).type != pafs.FileType.NotFound)
 
 

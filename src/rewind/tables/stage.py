@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import RecordCounts
 from rewind.core.parquet import open_writer
+from rewind.core.store import WarehouseStore, active_store
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.spark.progress_channel import ProgressAddress, TaskReporter
@@ -88,6 +89,8 @@ class TableStageContext:
     attempted: frozenset[str] = frozenset()
     """Units an earlier run attempt started (a Spark task's first attempt of another unit has
     nothing committed to look for)."""
+    store: WarehouseStore = field(default_factory=active_store)
+    """The warehouse's filesystem properties, captured in the driver (:mod:`rewind.core.store`)."""
 
 
 @dataclass
@@ -193,7 +196,10 @@ class TableUnits:
                     if q_writer is None:
                         safe = unit.id.replace("/", "_").replace(":", "_")
                         q_writer, path = open_writer(
-                            ctx.quarantine_folder, f"{ctx.run_id}-quarantine-{safe}", quarantine.schema
+                            ctx.quarantine_folder,
+                            f"{ctx.run_id}-quarantine-{safe}",
+                            quarantine.schema,
+                            ctx.store,
                         )
                         q_files.append(path)
                     q_writer.write_table(quarantine)
