@@ -13,8 +13,13 @@ at a fixed rate (default 200 records/s) and the tail starts again from its check
   each sample (every 1 s) and the same in seconds at the producer's rate; the maximum and
   the median are printed.
 
-Usage: ``python bench/shadow_tail.py [--rate R] [--backlog B] [--steady S] [--threshold T]``.
-Prints one JSON line with the figures (``bench/RESULTS.md`` records a run).
+``--sink iceberg`` makes v1 and v2 Iceberg tables (v2 upserted on the key by one Iceberg
+commit per micro-batch); ``--sink both`` measures SQLite then Iceberg in the same run, on the
+same broker, and prints the Iceberg tail's rate over the SQLite tail's.
+
+Usage: ``python bench/shadow_tail.py [--rate R] [--backlog B] [--steady S] [--threshold T]
+[--sink sqlite|iceberg|both]``. Prints one JSON line per sink with the figures
+(``bench/RESULTS.md`` records a run).
 """
 
 from __future__ import annotations
@@ -94,60 +99,83 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=4_000)
     parser.add_argument("--steady", type=float, default=30.0)
     parser.add_argument("--threshold", type=int, default=100)
+    parser.add_argument("--sink", choices=["sqlite", "iceberg", "both"], default="sqlite")
     args = parser.parse_args()
 
+    with broker() as bootstrap:
+        sinks = ["sqlite", "iceberg"] if args.sink == "both" else [args.sink]
+        results = []
+        for sink in sinks:
+            results.append(measure(args, bootstrap, sink))
+            print(json.dumps(results[-1]), flush=True)
+    if len(results) == 2:
+        print(
+            json.dumps(
+                {"iceberg_over_sqlite": round(results[1]["sustained_rate"] / results[0]["sustained_rate"], 2)}
+            )
+        )
+
+
+def measure(args: Any, bootstrap: str, sink_kind: str) -> dict[str, Any]:
+    from rewind.catalog import load_catalog
     from rewind.config import load_settings
     from rewind.history import archive_once
+    from rewind.job.plan import build_plan
     from rewind.shadow.start import TailProgress, start_shadow
     from rewind.spark import session
     from rewind.spec import parse_spec
     from tests.kafka_util import create_topic
 
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-shadow-"))
-    with broker() as bootstrap:
-        settings = load_settings(
-            env={"REWIND_STATE_DIR": str(work / "state"), "REWIND_BOOTSTRAP_SERVERS": bootstrap}, cwd=work
-        )
-        conf = settings.kafka_config()
-        topic = f"orders-{uuid.uuid4().hex[:6]}"
-        create_topic(conf, topic, PARTITIONS)
-        produce(conf, topic, 0, args.history)
-        spark = session(settings)
-        archive_once(settings, [topic], "lake.bench_archive", spark=spark)
-        spec = parse_spec(
-            {
-                "name": "bench-shadow",
-                "source": {"history": {"topics": [topic], "archive": "lake.bench_archive"}},
-                "decode": "json",
-                "translate": {"function": "tests.job_fixtures:order_amounts", "version": "1"},
-                "key": ["order_id"],
-                "sink": {"postgres": {"table": "orders", "url": f"sqlite:///{work / 'app.db'}"}},
-                "shadow": {"live_group": "bench-live", "lag_threshold": args.threshold, "trigger_s": 0.5},
-            }
-        )
-        # 1. history into v2, the tail started and stopped at once
-        start_shadow(settings, spec, stop=lambda p: True, sample_s=1.0)
-        # 2. a backlog while the tail is stopped, then the producer at a fixed rate
-        produce(conf, topic, args.history, args.history + args.backlog)
-        paced = Paced(conf, topic, args.history + args.backlog, args.rate)
-        paced.start()
-        caught: dict[str, float] = {}
-        lags: list[int] = []
+    settings = load_settings(
+        env={"REWIND_STATE_DIR": str(work / "state"), "REWIND_BOOTSTRAP_SERVERS": bootstrap}, cwd=work
+    )
+    conf = settings.kafka_config()
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    create_topic(conf, topic, PARTITIONS)
+    produce(conf, topic, 0, args.history)
+    spark = session(settings)
+    archive_once(settings, [topic], "lake.bench_archive", spark=spark)
+    data: dict[str, Any] = {
+        "name": f"bench-shadow-{sink_kind}",
+        "source": {"history": {"topics": [topic], "archive": "lake.bench_archive"}},
+        "decode": "json",
+        "translate": {"function": "tests.job_fixtures:order_amounts", "version": "1"},
+        "key": ["order_id"],
+        "sink": {"postgres": {"table": "orders", "url": f"sqlite:///{work / 'app.db'}"}},
+        "shadow": {"live_group": "bench-live", "lag_threshold": args.threshold, "trigger_s": 0.5},
+    }
+    if sink_kind == "iceberg":  # v1: an Iceberg table of the job's output schema
+        schema = build_plan(settings, parse_spec(data)).output_schema()
+        catalog = load_catalog(settings)
+        catalog.create_namespace_if_not_exists("app")
+        catalog.create_table("app.orders", schema=schema)
+        data["sink"] = {"iceberg": {"table": "app.orders"}}
+    spec = parse_spec(data)
+    # 1. history into v2, the tail started and stopped at once
+    start_shadow(settings, spec, stop=lambda p: True, sample_s=1.0)
+    # 2. a backlog while the tail is stopped, then the producer at a fixed rate
+    produce(conf, topic, args.history, args.history + args.backlog)
+    paced = Paced(conf, topic, args.history + args.backlog, args.rate)
+    paced.start()
+    caught: dict[str, float] = {}
+    lags: list[int] = []
 
-        def stop(p: TailProgress) -> bool:
-            if "seconds" not in caught:
-                if p.max_lag <= args.threshold:
-                    caught.update(seconds=p.seconds, records=p.records)
-                return False
-            lags.append(p.max_lag)
-            return p.seconds - caught["seconds"] >= args.steady
+    def stop(p: TailProgress) -> bool:
+        if "seconds" not in caught:
+            if p.max_lag <= args.threshold:
+                caught.update(seconds=p.seconds, records=p.records)
+            return False
+        lags.append(p.max_lag)
+        return p.seconds - caught["seconds"] >= args.steady
 
-        result = start_shadow(settings, spec, stop=stop, sample_s=1.0)
-        paced.halt.set()
-        paced.join(60)
+    result = start_shadow(settings, spec, stop=stop, sample_s=1.0)
+    paced.halt.set()
+    paced.join(60)
     rate = caught["records"] / caught["seconds"]
     lag_records = max(lags) if lags else None
-    out = {
+    return {
+        "sink": sink_kind,
         "when": stamp(),
         "machine": machine(),
         "producer_rate": args.rate,
@@ -162,8 +190,8 @@ def main() -> None:
         "max_lag_s": round(lag_records / args.rate, 2) if lag_records is not None else None,
         "median_lag_s": round(statistics.median(lags) / args.rate, 2) if lags else None,
         "tail_batches": result["batches"],
+        "load_avg": os.getloadavg()[0],
     }
-    print(json.dumps(out))
 
 
 if __name__ == "__main__":
