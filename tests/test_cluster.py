@@ -5,7 +5,8 @@ The cluster is real: a master and two one-core workers started from the PySpark 
 child process whose ``spark.master`` names the cluster, so every task runs in an executor of
 a worker, not in the driver. The expected rows are computed from the produced events alone
 (:func:`tests.job_fixtures.expected_rows`); the local run is the tests' own ``local[*]``
-session. The warehouse is a folder both reach: a cluster on one machine shares its disk.
+session. The cluster run's warehouse is an S3 bucket (moto's server, :mod:`tests.s3_fixtures`),
+which the driver reaches through pyiceberg and the executors' Python tasks through pyarrow.
 
 It runs on the tests' one broker (tansu, or the broker ``REWIND_TEST_BOOTSTRAP`` names), not
 on each: what it adds is where the tasks run, and starting a cluster and its executors costs
@@ -22,11 +23,13 @@ from typing import Any
 
 import pytest
 
+from rewind.catalog import load_catalog
 from rewind.config import Settings, load_settings
 from rewind.job.service import run_job
 from rewind.spec import parse_spec
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
+from tests.s3_fixtures import BUCKET, moto_s3, s3_catalog_env
 from tests.spark_cluster import QUICK_JVM, SparkCluster, spark_cluster
 
 PARTITIONS = 3
@@ -41,6 +44,11 @@ COMPARED = [
     "_rewind_source_offset",
     "_rewind_source_timestamp",
 ]
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    yield from moto_s3()
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +69,7 @@ def test_a_job_on_a_standalone_cluster_equals_the_local_run_row_for_row(
     settings: Settings,
     spark: object,
     pg_url: str,
+    s3_endpoint: str,
     tmp_path: Path,
 ) -> None:
     topic = f"orders-{uuid.uuid4().hex[:8]}"
@@ -70,12 +79,14 @@ def test_a_job_on_a_standalone_cluster_equals_the_local_run_row_for_row(
     coords = jf.produce_orders(conf, topic, orders)
     expected = jf.expected_rows(topic, orders, coords, "order_lines", "1")
 
-    # the cluster: its own state folder (catalog, warehouse) and the ledger on PostgreSQL
+    # the cluster: its own state folder and catalog, the warehouse on S3, the ledger on PostgreSQL
+    s3_env = s3_catalog_env(tmp_path, s3_endpoint)
     state = load_settings(
         env={
             "REWIND_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers or "",
             "REWIND_STATE_DIR": str(tmp_path / "cluster-state"),
             "REWIND_LEDGER_URL": pg_url,
+            **s3_env,
         },
         cwd=tmp_path,
     )
@@ -88,7 +99,7 @@ def test_a_job_on_a_standalone_cluster_equals_the_local_run_row_for_row(
         # the executors' Python imports the spec's translate (tests.job_fixtures) from the repo
         "spark.executorEnv.PYTHONPATH": str(jf.REPO),
     }
-    env = jf.child_env(state, REWIND_SPARK_MASTER=cluster.master_url, REWIND_LEDGER_URL=pg_url)
+    env = jf.child_env(state, REWIND_SPARK_MASTER=cluster.master_url, REWIND_LEDGER_URL=pg_url, **s3_env)
     env["REWIND_SPARK_CONF"] = json.dumps(spark_conf)
     import subprocess
 
@@ -105,6 +116,10 @@ def test_a_job_on_a_standalone_cluster_equals_the_local_run_row_for_row(
     out = json.loads(proc.stdout)
     assert out["state"] == "succeeded"
     on_cluster = _rows(jf.staging_table(state, out["staging"]))
+    files = [
+        t.file.file_path for t in load_catalog(state).load_table(out["staging"]["table"]).scan().plan_files()
+    ]
+    assert files and all(f.startswith(f"s3://{BUCKET}/") for f in files), files[:2]
 
     # the job really ran on the cluster: one more application, on both workers' cores
     apps = [a for a in cluster.completed_apps() if a["id"] not in before]

@@ -13,8 +13,6 @@ only where the files go.
 
 from __future__ import annotations
 
-import logging
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +24,10 @@ import pytest
 from rewind.config import Settings, load_settings
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
+from tests.s3_fixtures import BUCKET, SECRET, moto_s3, s3_catalog_env
 
 N = 600
 DECLARED = 150  # of each partition's 300 offsets, [0, 150) come from the archive only
-BUCKET = "lake"
-SECRET = "moto-secret-Zq81"
 ARCHIVE = "lake.orders_archive"
 TABLE = "shop.orders"
 LINEAGE = ("_rewind_source_topic", "_rewind_source_partition", "_rewind_source_offset")
@@ -43,48 +40,16 @@ def order_rows(events: pd.DataFrame) -> pd.DataFrame:
     return events.loc[events["status"] != "test", ["_rewind_row", "order_id", "status", "amount"]]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    """moto's S3 server on a free loopback port, with the bucket created; stopped afterwards."""
-    import pyarrow.fs as pafs
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        fs = pafs.S3FileSystem(
-            endpoint_override=endpoint,
-            access_key="moto",
-            secret_key=SECRET,
-            region="us-east-1",
-            allow_bucket_creation=True,
-        )
-        fs.create_dir(BUCKET)
-        yield endpoint
-    finally:
-        server.stop()
+    yield from moto_s3()
 
 
 def _s3_settings(tmp: Path, bootstrap: str, endpoint: str) -> Settings:
     env = {
         "REWIND_BOOTSTRAP_SERVERS": bootstrap,
         "REWIND_STATE_DIR": str(tmp / "state"),
-        "REWIND_CATALOG__TYPE": "sql",
-        "REWIND_CATALOG__URI": f"sqlite:///{tmp / 'catalog.db'}",
-        "REWIND_CATALOG__WAREHOUSE": f"s3://{BUCKET}/warehouse",
-        "REWIND_CATALOG__S3__ENDPOINT": endpoint,
-        "REWIND_CATALOG__S3__REGION": "us-east-1",
-        "REWIND_CATALOG__S3__ACCESS_KEY_ID": "moto",
-        "REWIND_CATALOG__S3__SECRET_ACCESS_KEY": SECRET,
+        **s3_catalog_env(tmp, endpoint),
     }
     return load_settings(env=env, cwd=tmp)
 
