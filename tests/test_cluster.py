@@ -16,6 +16,7 @@ about a minute on the 2-core machine; the reader is the same on every broker.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ from tests.spark_cluster import QUICK_JVM, SparkCluster, spark_cluster
 
 PARTITIONS = 3
 RECORDS = 1_500
+RATE = 1_000  # records/s: the run takes at least 1.5 s of reading
 COMPARED = [
     "order_id",
     "status",
@@ -90,7 +92,9 @@ def test_a_job_on_a_standalone_cluster_equals_the_local_run_row_for_row(
         },
         cwd=tmp_path,
     )
-    spec_file = jf.write_spec(tmp_path / "orders.yaml", jf.order_spec("orders-cluster", topic, "cl.orders"))
+    # a rate guard: on a cluster the driver keeps one budget for all executors (pace_server)
+    spec_data = jf.order_spec("orders-cluster", topic, "cl.orders", guards={"max_records_per_second": RATE})
+    spec_file = jf.write_spec(tmp_path / "orders.yaml", spec_data)
     log4j = (jf.REPO / "src/rewind/spark/log4j2.properties").as_uri()
     spark_conf = {
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} {jf.QUICK_JVM}",
@@ -105,7 +109,7 @@ def test_a_job_on_a_standalone_cluster_equals_the_local_run_row_for_row(
 
     before = {a["id"] for a in cluster.completed_apps()}
     proc = subprocess.run(
-        [jf.REWIND_BIN, "run", str(spec_file), "--json"],
+        [jf.REWIND_BIN, "--debug", "run", str(spec_file), "--json"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -115,6 +119,10 @@ def test_a_job_on_a_standalone_cluster_equals_the_local_run_row_for_row(
     assert proc.returncode == 0, proc.stderr[-3000:] + cluster.log_tail()
     out = json.loads(proc.stdout)
     assert out["state"] == "succeeded"
+    # every task asked the driver's budget: one connection per task, and the run kept the rate
+    served = re.findall(r"job-wide rate limit: (\d+) grants to (\d+) tasks", proc.stderr)
+    assert served and all(int(g) > 0 and int(t) > 0 for g, t in served), proc.stderr[-2000:]
+    assert out["seconds"] >= RECORDS / RATE * 0.9
     on_cluster = _rows(jf.staging_table(state, out["staging"]))
     files = [
         t.file.file_path for t in load_catalog(state).load_table(out["staging"]["table"]).scan().plan_files()

@@ -467,6 +467,8 @@ def _run_wave(
     from rewind.ledger.models import UnitResult
     from rewind.spark import session
     from rewind.spark.job_stage import StageContext
+    from rewind.spark.pace_server import pace_server_for
+    from rewind.spark.ratelimit import RateLimit
     from rewind.spark.waves import run_wave
 
     spec = plan.job_spec()
@@ -499,8 +501,9 @@ def _run_wave(
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:
         t_spark = time.monotonic()
-        with live.wave(base, wave):
-            outputs = run_wave(spark, ctx, read_archive)
+        limit = RateLimit(spec.guards.max_records_per_second) if spec.guards.max_records_per_second else None
+        with live.wave(base, wave), pace_server_for(spark, limit) as pace:
+            outputs = run_wave(spark, dataclasses.replace(ctx, pace=pace), read_archive)
         t_commit = time.monotonic()
     except Exception as exc:  # the wave's units are not done: say why in the ledger
         try:

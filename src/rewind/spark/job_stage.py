@@ -25,6 +25,7 @@ from rewind.core.store import WarehouseStore, active_store
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.spark.kafka_fetch import partitions_in
+from rewind.spark.pace_server import PACE_OPTION, PaceAddress
 from rewind.spark.progress_channel import PROGRESS_OPTION, ProgressAddress, TaskReporter
 from rewind.spark.stage_clock import StageClock, TimedDecoder, add_stage_seconds
 
@@ -63,6 +64,8 @@ class StageContext:
     rate_limit_id: str = ""
     progress: ProgressAddress | None = None
     """Where tasks report records read while the wave runs (:mod:`rewind.spark.progress_channel`)."""
+    pace: PaceAddress | None = None
+    """The driver's job-wide rate budget on a cluster (:mod:`rewind.spark.pace_server`)."""
     latest: LatestPerKey | None = None
     """``source.kafka.latest_per_key``: the records to process (:mod:`rewind.spark.latest_per_key`)."""
     store: WarehouseStore = field(default_factory=active_store)
@@ -272,6 +275,8 @@ def wave_source(
     if ctx.max_records_per_second:
         reader = reader.option("maxRecordsPerSecond", str(ctx.max_records_per_second))
         reader = reader.option("rateLimitId", ctx.rate_limit_id or ctx.run_id)
+        if ctx.pace is not None:
+            reader = reader.option(PACE_OPTION, ctx.pace.to_json())
     if ctx.progress is not None:
         reader = reader.option(PROGRESS_OPTION, ctx.progress.to_json())
     frames = [reader.load()] if kafka_units else []

@@ -152,9 +152,15 @@ class KafkaBatchReader(DataSourceReader):
         yield from _reported(batches, ranges, ProgressAddress.from_json(report_to))
 
     def _pacer(self) -> Pacer | None:
-        """A job-wide read limit shared by every task on this host (see ``ratelimit``)."""
+        """A job-wide read limit: the driver's budget when it serves one (a cluster, see
+        ``pace_server``), else shared by every task on this host (see ``ratelimit``)."""
         if self.max_records_per_second is None and self.max_bytes_per_second is None:
             return None
+        served = lower_keys(self.options).get("ratelimitserver")
+        if served:
+            from rewind.spark.pace_server import PaceAddress, RemotePacer
+
+            return RemotePacer(PaceAddress.from_json(served))
         from pathlib import Path
 
         from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path

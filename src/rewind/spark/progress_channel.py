@@ -217,11 +217,11 @@ class ProgressListener:
 
 def open_listener(spark: SparkSession) -> ProgressListener:
     """A listener the tasks of ``spark`` can reach (see the module docstring for where)."""
-    bind, advertise = _where(spark)
+    bind, advertise = driver_addresses(spark)
     return ProgressListener(bind, advertise)
 
 
-def _where(spark: SparkSession) -> tuple[str, str]:
+def driver_addresses(spark: SparkSession) -> tuple[str, str]:
     """(address to bind, host the tasks send to) for this session's executors."""
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         return "0.0.0.0", socket.getfqdn()  # Spark Connect: the client is not the driver

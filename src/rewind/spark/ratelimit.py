@@ -9,7 +9,8 @@ shared outside Python memory. Two pacers do that:
   under an exclusive ``fcntl`` lock by every task on the host. The whole job gets exactly
   the limit, however many tasks run at once and however unevenly they finish. It is
   correct only when every task of the job runs on one host, i.e. Spark's ``local[*]``
-  master (Rewind's default) or a directory all hosts share with working ``flock``.
+  master (Rewind's default) or a directory all hosts share with working ``flock``. On
+  other masters a job's read is paced by the driver instead (:mod:`rewind.spark.pace_server`).
 * :class:`LocalPacer`: the limit divided by a task count the caller knows (the
   ``numTasks`` option, e.g. the number of input partitions). Never exceeds the limit on
   any cluster, because at most ``numTasks`` tasks exist; it under-uses the limit when
@@ -103,7 +104,7 @@ class Pacer(Protocol):
         ...
 
 
-def _reserve(
+def reserve(
     limit: RateLimit, state: tuple[float, float], now: float, records: int, nbytes: int
 ) -> tuple[float, tuple[float, float]]:
     """One GCRA step: the start time of this send and the new state."""
@@ -116,7 +117,7 @@ def _reserve(
     return start, (next_records, next_bytes)
 
 
-def _wait_until(start: float, wait: Callable[[float], None]) -> float:
+def wait_until(start: float, wait: Callable[[float], None]) -> float:
     begun = time.monotonic()
     remaining = start - begun
     while remaining > 0:
@@ -135,8 +136,8 @@ class LocalPacer:
 
     def acquire(self, records: int, nbytes: int, wait: Callable[[float], None]) -> float:
         with self._lock:
-            start, self._state = _reserve(self.limit, self._state, time.monotonic(), records, nbytes)
-        return _wait_until(start, wait)
+            start, self._state = reserve(self.limit, self._state, time.monotonic(), records, nbytes)
+        return wait_until(start, wait)
 
 
 class SharedFilePacer:
@@ -156,11 +157,11 @@ class SharedFilePacer:
             fcntl.flock(fd, fcntl.LOCK_EX)
             raw = os.pread(fd, _STATE.size, 0)
             state = _STATE.unpack(raw) if len(raw) == _STATE.size else (0.0, 0.0)
-            start, state = _reserve(self.limit, state, time.monotonic(), records, nbytes)
+            start, state = reserve(self.limit, state, time.monotonic(), records, nbytes)
             os.pwrite(fd, _STATE.pack(*state), 0)
         finally:
             os.close(fd)  # closing releases the lock
-        return _wait_until(start, wait)
+        return wait_until(start, wait)
 
 
 def default_state_dir() -> Path:
