@@ -107,3 +107,39 @@ def test_a_local_session_keeps_the_host_pacing_file(spark: object) -> None:
     """On ``local[*]`` every task is on this host: no server, the shared file is exact."""
     with pace_server_for(spark, RateLimit(100.0)) as pace:  # type: ignore[arg-type]
         assert pace is None
+
+
+def test_a_table_source_task_asks_the_driver_when_it_serves_a_budget(tmp_path: object) -> None:
+    """A re-produce's task (``TableUnits``) paces through the driver's budget when the wave
+    carries one, and through the host's pacing file otherwise."""
+    import dataclasses
+
+    from rewind.spark.ratelimit import SharedFilePacer
+    from rewind.tables.stage import TableStageContext, TableUnits
+
+    server = PaceServer(RateLimit(1_000.0))
+    try:
+        ctx = TableStageContext(
+            run_id="r-pace",
+            spec_json="{}",
+            output_schema_b64="",
+            quarantine_folder="",
+            reader=None,  # type: ignore[arg-type]  # not read: only the pacer is asked for
+            selection=None,  # type: ignore[arg-type]
+            units=(),
+            ranges=(),
+            partitions=1,
+            partitioner="murmur2",
+            max_records_per_second=1_000.0,
+            rate_limit_id="r-pace",
+            pace=server.address,
+        )
+        pacer = TableUnits(ctx, writer=None)._pacer()  # type: ignore[arg-type]
+        assert isinstance(pacer, RemotePacer)
+        pacer.acquire(10, 0, time.sleep)
+        pacer.close()
+        assert server.grants == 1 and server.clients == 1
+        local = TableUnits(dataclasses.replace(ctx, pace=None), writer=None)._pacer()  # type: ignore[arg-type]
+        assert isinstance(local, SharedFilePacer)
+    finally:
+        server.close()

@@ -22,6 +22,7 @@ A kill between 3 and 4 loses nothing: on resume, step 1 finds the units committe
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -143,6 +144,8 @@ def run_table_wave(
     from rewind.sinks.kafka.bookkeeping import KafkaStaging
     from rewind.sinks.kafka.unit_writer import UnitWriter
     from rewind.spark import session
+    from rewind.spark.pace_server import pace_server_for
+    from rewind.spark.ratelimit import RateLimit
     from rewind.tables.placement import KeyRange
     from rewind.tables.plan import reader_of
     from rewind.tables.selection import choose
@@ -191,8 +194,9 @@ def run_table_wave(
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:  # 3.
         t_spark = time.monotonic()
-        with live.wave(base, wave):
-            outputs = run_stage(spark, ctx, writer)
+        limit = RateLimit(ctx.max_records_per_second) if ctx.max_records_per_second else None
+        with live.wave(base, wave), pace_server_for(spark, limit) as pace:
+            outputs = run_stage(spark, dataclasses.replace(ctx, pace=pace), writer)
         t_commit = time.monotonic()
     except Exception as exc:
         try:

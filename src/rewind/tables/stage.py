@@ -36,6 +36,7 @@ from rewind.core.parquet import open_writer
 from rewind.core.store import WarehouseStore, active_store
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
+from rewind.spark.pace_server import PaceAddress
 from rewind.spark.progress_channel import ProgressAddress, TaskReporter
 from rewind.tables.placement import key_bytes
 from rewind.tables.readers import Key, Selection, TableReader
@@ -84,6 +85,8 @@ class TableStageContext:
     skip_partitions: tuple[int, ...] = ()
     max_records_per_second: float | None = None
     rate_limit_id: str = ""
+    pace: PaceAddress | None = None
+    """The driver's job-wide rate budget on a cluster (:mod:`rewind.spark.pace_server`)."""
     progress: ProgressAddress | None = None
     batch_rows: int = 10_000
     attempted: frozenset[str] = frozenset()
@@ -220,6 +223,10 @@ class TableUnits:
     def _pacer(self) -> Any:
         if not self.ctx.max_records_per_second:
             return None
+        if self.ctx.pace is not None:  # tasks on several hosts: the driver keeps the budget
+            from rewind.spark.pace_server import RemotePacer
+
+            return RemotePacer(self.ctx.pace)
         from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path
 
         limit = RateLimit(self.ctx.max_records_per_second)
