@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -59,14 +60,32 @@ def orders(spark: Any, rows: int) -> Any:
     )
 
 
-def best(repeat: int, fn: Callable[[], Any]) -> tuple[float, Any]:
-    """The fastest of ``repeat`` runs and its result."""
+CPU: dict[str, float] = {}
+"""Per figure: CPU seconds the Spark JVM spent in the fastest run (see :func:`jvm_cpu`)."""
+
+
+def jvm_cpu(spark: Any) -> float:
+    """CPU seconds used so far by the Spark JVM (driver and local executors: one process).
+
+    On a machine shared with other work, wall time swings with the load while CPU time
+    barely does: the CPU figures say how much work each way takes.
+    """
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def best(repeat: int, fn: Callable[[], Any], name: str = "", spark: Any = None) -> tuple[float, Any]:
+    """The fastest of ``repeat`` runs and its result (its JVM CPU seconds in ``CPU[name]``)."""
     runs = []
     for _ in range(repeat):
+        cpu = jvm_cpu(spark) if spark is not None else 0.0
         began = time.perf_counter()
         result = fn()
-        runs.append((time.perf_counter() - began, result))
-    return min(runs, key=lambda run: run[0])
+        runs.append((time.perf_counter() - began, result, jvm_cpu(spark) - cpu if spark is not None else 0.0))
+    wall, result, cpu = min(runs, key=lambda run: run[0])
+    CPU[name] = cpu
+    return wall, result
 
 
 def main() -> None:
@@ -138,12 +157,12 @@ def main() -> None:
             return verify_frames(spark, side("staging"), side(reference), verify)
 
         counts()  # warm up: JIT, file listing, catalog
-        a, (n_s, n_r) = best(args.repeat, counts)
-        s, _ = best(args.repeat, scan)
-        b, same = best(args.repeat, lambda: check("same"))
-        c, diff_report = best(args.repeat, lambda: check("diff"))
+        a, (n_s, n_r) = best(args.repeat, counts, "a", spark)
+        s, _ = best(args.repeat, scan, "s", spark)
+        b, same = best(args.repeat, lambda: check("same"), "b", spark)
+        c, diff_report = best(args.repeat, lambda: check("diff"), "c", spark)
         expected = len(range(7, args.rows, args.diff_every))
-        j, joined = best(1, join) if not args.no_join else (float("nan"), expected)
+        j, joined = best(1, join, "j", spark) if not args.no_join else (float("nan"), expected)
         assert joined == expected, (joined, expected)
         assert same["passed"], same["failed"]
         assert diff_report["state"]["changed"] == expected, (diff_report["state"]["changed"], expected)
@@ -161,6 +180,13 @@ def main() -> None:
             f"{c:8.2f} s   c/a = {c / a:5.2f}   c/s = {c / s:5.2f}"
         )
         print(f"(j) plain full outer join, for context {j:8.2f} s   j/a = {j / a:5.2f}   j/c = {j / c:5.2f}")
+        cpu = {k: max(v, 0.01) for k, v in CPU.items()}
+        print(
+            f"JVM CPU seconds (less swayed by other load): a {cpu['a']:.2f}, s {cpu['s']:.2f}, "
+            f"b {cpu['b']:.2f} (b/s {cpu['b'] / cpu['s']:.2f}), c {cpu['c']:.2f}"
+            + (f", j {cpu['j']:.2f} (c/j {cpu['c'] / cpu['j']:.2f})" if "j" in cpu else "")
+        )
+        print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         print(f"    bisection (b): {same['bisection']}")
         print(f"    bisection (c): {diff_report['bisection']}")
         print(f"    steps (b): {same['seconds']}")
@@ -178,6 +204,8 @@ def main() -> None:
                     "b_over_s": round(b / s, 2),
                     "c_over_s": round(c / s, 2),
                     "j_join_s": round(j, 3),
+                    "cpu_s": {k: round(v, 3) for k, v in CPU.items()},
+                    "load": [round(x, 1) for x in os.getloadavg()],
                 }
             )
         )
