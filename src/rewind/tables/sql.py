@@ -256,8 +256,13 @@ class SqlReader(TableReader):
                     ) from None
                 try:
                     for batch in reader:
+                        if _numbers_as_lossy_text(batch):
+                            # these rows again as tuples: exact numbers (see the function)
+                            again = f"{sql} LIMIT {batch.num_rows} OFFSET {done}"
+                            yield from self._read_sqlite_rows(conn, again, params, batch_rows)
+                        else:
+                            yield Rows(tuple(batch.schema.names), batch=batch)
                         done += batch.num_rows
-                        yield Rows(tuple(batch.schema.names), batch=batch)
                     return
                 except Exception as exc:
                     if "type mismatch" not in str(exc).lower():
@@ -290,3 +295,21 @@ class SqlReader(TableReader):
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
+
+
+_ADBC_NUMBER_TEXT = r"^-?[0-9]\.[0-9]{6}e[+-][0-9]{2,3}$"
+
+
+def _numbers_as_lossy_text(batch: Any) -> bool:
+    """Whether ADBC may have turned numbers into text with 7 significant digits.
+
+    A column whose batch mixes numbers and text comes as strings, and the driver prints a real
+    number (or an integer it had already widened to one) as ``%e``: 10000001 becomes
+    ``1.000000e+07``. A string value of that shape sends the batch through the tuple reader,
+    which keeps every number exact (a text value of that shape costs a slower batch only).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = [c for c in batch.columns if pa.types.is_string(c.type) or pa.types.is_large_string(c.type)]
+    return any(pc.any(pc.match_substring_regex(c, _ADBC_NUMBER_TEXT)).as_py() for c in text)
