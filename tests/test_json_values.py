@@ -11,8 +11,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rewind.core.json_fallback import json_default
 from rewind.sinks.kafka.json_values import json_values
-from rewind.sinks.kafka.records import _default, json_ready
+from rewind.sinks.kafka.records import json_ready
 
 TYPES: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
     "i": (pa.int64(), st.integers(-(2**63), 2**63 - 1)),
@@ -39,7 +40,7 @@ def per_row(batch: pa.RecordBatch, names: list[str]) -> list[bytes]:
     """What the produce loop made before: a dict of json_ready values per row, orjson.dumps."""
     columns = [json_ready(batch.column(n)) for n in names]
     return [
-        orjson.dumps(dict(zip(names, row, strict=True)), default=_default)
+        orjson.dumps(dict(zip(names, row, strict=True)), default=json_default)
         for row in zip(*columns, strict=True)
     ]
 

@@ -16,11 +16,10 @@ row keeps its content and its coordinates.
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.json_fallback import json_default
 from rewind.tables.placement import key_bytes
 from rewind.translate.rows_decoder import ROW_PREFIX
 
@@ -28,14 +27,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from rewind.tables.readers import Rows
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, Decimal):
-        return str(value)
-    return str(value)
 
 
 def _column(values: tuple[Any, ...] | list[Any]) -> pa.Array:
@@ -102,7 +93,7 @@ def row_values(rows: Rows, positions: list[int]) -> list[bytes]:
     options = orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS
     names = rows.columns
     return [
-        orjson.dumps(dict(zip(names, rows.row(i), strict=True)), default=_default, option=options)
+        orjson.dumps(dict(zip(names, rows.row(i), strict=True)), default=json_default, option=options)
         for i in positions
     ]
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.json_fallback import json_default
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -137,21 +139,10 @@ def _each(values: list[Any]) -> pa.Array:
     import pyarrow as pa
 
     dumps = orjson.dumps
-    return pa.array([dumps(v, default=_default) for v in values], pa.binary())
+    return pa.array([dumps(v, default=json_default) for v in values], pa.binary())
 
 
 # -- columns as Python values (the produce call's lists, and orjson's input) ---------------
-
-
-def _default(value: Any) -> Any:
-    """orjson fallback for values inside nested columns."""
-    from decimal import Decimal
-
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, Decimal):
-        return str(value)
-    return str(value)
 
 
 def _plain(column: pa.Array | pa.ChunkedArray) -> list[Any]:

@@ -48,7 +48,8 @@ from rewind.core.columns import (
     TRANSFORM,
     TRANSFORM_VERSION,
 )
-from rewind.sinks.kafka.json_values import _default, _iso, _plain, json_ready
+from rewind.core.json_fallback import json_default
+from rewind.sinks.kafka.json_values import _iso, _plain, json_ready
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -229,7 +230,7 @@ class RecordEncoder:
         if pa.types.is_integer(kind):  # JSON of an int: its decimal text, cast by Arrow at once
             return _plain(batch.column(name).cast(pa.string()).cast(pa.binary()))
         dumps = orjson.dumps
-        return [None if v is None else dumps(v, default=_default) for v in columns[name]]
+        return [None if v is None else dumps(v, default=json_default) for v in columns[name]]
 
 
 def _header_values(name: str, column: pa.Array) -> HeaderColumn:
@@ -259,7 +260,7 @@ def _compile(source: str, name: str) -> Callable[..., Any]:
 
     scope: dict[str, Any] = {
         "dumps": orjson.dumps,
-        "default": _default,
+        "default": json_default,
         "H_EVENT_ID": H_EVENT_ID,
         "H_SOURCE": H_SOURCE,
     }
