@@ -94,7 +94,10 @@ class PaceServer:
 
         self._server = Server((bind, 0), Handler)
         self.address = PaceAddress(advertise, self._server.server_address[1], self._token.hex())
-        self._thread = threading.Thread(target=self._server.serve_forever, name="rewind-pace", daemon=True)
+        # a short poll: closing the server at a wave's end waits for at most one poll
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="rewind-pace", daemon=True
+        )
         self._thread.start()
 
     def grant(self, records: int, nbytes: int, now: float | None = None) -> float:
