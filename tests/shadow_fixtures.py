@@ -18,10 +18,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
 
 from rewind.config import Settings, load_settings
+from rewind.errors import RewindError
 from rewind.history import archive_once
 from tests.kafka_util import create_topic
 
@@ -319,3 +321,14 @@ def prepared(
     data["shadow"].update(shadow or {})
     spec = write_spec(tmp_path / "shadow.yaml", data)
     return settings, conf, topic, db, spec
+
+
+def refused(call: Any, *words: str) -> str:
+    """``call`` raises a RewindError of one line naming every one of ``words``; its message."""
+    with pytest.raises(RewindError) as err:
+        call()
+    message = str(err.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message, message
+    return message

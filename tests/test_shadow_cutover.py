@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from rewind.errors import RewindError
 from rewind.shadow.cutline import cut_shadow
 from rewind.shadow.cutover import cutover_hard
@@ -29,7 +27,7 @@ from rewind.shadow.status import shadow_status
 from rewind.shadow.verify import verify_shadow
 from tests import shadow_fixtures as sf
 from tests.brokers import TestBroker
-from tests.shadow_fixtures import ROOT, prepared, rewind, shadow_env
+from tests.shadow_fixtures import ROOT, prepared, refused, rewind, shadow_env
 
 NAME = "shadow-hard"
 SHADOW = {"lag_threshold": 100, "caught_up_for_s": 2, "settle_s": 5, "verify_passes": 2, "rewind_by": 5}
@@ -78,16 +76,6 @@ def start_tail(env: dict[str, str], spec: Path, cwd: Path) -> subprocess.Popen[s
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def refused(call: Any, *words: str) -> str:
-    with pytest.raises(RewindError) as err:
-        call()
-    message = str(err.value)
-    assert "\n" not in message
-    for word in words:
-        assert word in message, message
-    return message
 
 
 def test_hard_cutover_swaps_in_a_v2_equal_to_a_clean_recomputation(

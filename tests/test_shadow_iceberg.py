@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
@@ -35,7 +34,7 @@ from rewind.config import load_settings
 from rewind.errors import RewindError
 from tests import shadow_fixtures as sf
 from tests.brokers import TestBroker
-from tests.shadow_fixtures import prepared, shadow_env
+from tests.shadow_fixtures import prepared, refused, shadow_env
 
 NAME = "shadow-ice"
 SHADOW = {
@@ -159,16 +158,6 @@ def _ts(text: str) -> Any:
     from datetime import UTC, datetime
 
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)
-
-
-def refused(call: Any, *words: str) -> str:
-    with pytest.raises(RewindError) as err:
-        call()
-    message = str(err.value)
-    assert "\n" not in message
-    for word in words:
-        assert word in message, message
-    return message
 
 
 def wait_for(what: str, check: Any, timeout: float = 120) -> None:
