@@ -13,6 +13,7 @@ second compensate writes nothing; an unverified run is refused in one line.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,24 +68,37 @@ def spec(topic: str, function: str, version: str, sink: dict[str, Any]) -> Any:
 
 
 def read_topic(conf: dict[str, Any], topic: str) -> list[Any]:
-    from confluent_kafka import Consumer, TopicPartition
+    """Every committed record of ``topic``, each partition read to its end.
+
+    The end is the consumer's end-of-partition event, not a quiet poll: a partition may be
+    empty, and a read_committed reader never receives its last offset (the commit marker), so
+    waiting for either costs a poll timeout per partition."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
-        {**conf, "group.id": f"t-{uuid.uuid4().hex[:6]}", "isolation.level": "read_committed"}
+        {
+            **conf,
+            "group.id": f"t-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
     )
     out = []
+    left = set(range(OUT_PARTITIONS))
+    deadline = time.monotonic() + 60
     try:
-        for p in range(OUT_PARTITIONS):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            consumer.assign([TopicPartition(topic, p, low)])
-            while True:
-                msg = consumer.poll(5)
-                if msg is None:
-                    break
-                if msg.error() is None:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in left])
+        while left:
+            assert time.monotonic() < deadline, f"{topic}: partitions {sorted(left)} never reached the end"
+            for msg in consumer.consume(100, timeout=1.0):
+                err = msg.error()
+                if err is None:
                     out.append(msg)
-                if msg.offset() >= high - 1:
-                    break
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    left.discard(msg.partition())
+                else:
+                    raise AssertionError(f"reading {topic}: {err}")
     finally:
         consumer.close()
     return out
