@@ -9,7 +9,6 @@ the command returns. The next pass must start exactly where the last commit ende
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -25,9 +24,9 @@ from rewind.catalog import load_catalog
 from rewind.config import Settings, load_settings
 from rewind.history.archive import archive_once
 from rewind.history.schema import archive_state, open_archive
+from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
 
-REPO = Path(__file__).resolve().parents[1]
 CLI = "from rewind.cli import main; main()"
 
 
@@ -41,14 +40,8 @@ def produce(conf: dict[str, Any], topic: str, start: int, count: int) -> None:
 def run_cli(
     settings: Settings, cwd: Path, args: list[str], fault: str | None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        REWIND_BOOTSTRAP_SERVERS=settings.bootstrap_servers,
-        REWIND_STATE_DIR=str(settings.state_path),
-    )
-    if fault:
-        env["REWIND_FAULT"] = fault
+    # jf.child_env: the driver JVM without C2, which starts a one-job child's Spark much faster
+    env = jf.child_env(settings, **({"REWIND_FAULT": fault} if fault else {}))
     return subprocess.run(
         [sys.executable, "-c", CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
