@@ -119,3 +119,33 @@ def test_an_all_null_column_is_typed_null_as_from_tuples(tmp_path: Path) -> None
     records = as_records(rows, "id", "sqlite:things", 0, 0, datetime(2026, 11, 25, tzinfo=UTC))
     assert str(records.schema.field("row:a").type) == "null"
     assert records.column("row:b").to_pylist() == [None, "b"]
+
+
+number_texts = st.one_of(
+    st.text(max_size=16),
+    st.floats(allow_nan=False, allow_infinity=False).map(lambda f: f"{f:e}"),
+    st.integers(-(10**120), 10**120).map(lambda i: f"{float(i):e}"),
+    st.sampled_from(["1.000000e+07", "-1.000000e+100", "1,000000e+07", "x1.00000e+07", "1.000000e+7"]),
+)
+
+
+@given(
+    texts=st.lists(st.one_of(st.none(), number_texts), max_size=30),
+    cut=st.integers(0, 5),
+    large=st.booleans(),
+)
+@settings(max_examples=100, deadline=None)
+def test_the_lossy_text_prefilter_finds_what_the_regex_finds(
+    texts: list[str | None], cut: int, large: bool
+) -> None:
+    """The cheap shape check in front of the regex never hides a value the regex would match
+    (sliced arrays, nulls and both offset widths included)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from rewind.tables.sql import _ADBC_NUMBER_TEXT, _numbers_as_lossy_text
+
+    column = pa.array(texts, pa.large_string() if large else pa.string()).slice(min(cut, len(texts)))
+    batch = pa.RecordBatch.from_arrays([column], names=["a"])
+    want = bool(pc.any(pc.match_substring_regex(column, _ADBC_NUMBER_TEXT)).as_py()) if len(column) else False
+    assert _numbers_as_lossy_text(batch) is want

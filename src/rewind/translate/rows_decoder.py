@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from rewind.core.columns import RESERVED_PREFIXES, is_reserved
-from rewind.translate.decoder import Decoded, Decoder, as_batch, events_frame
+from rewind.translate.decoder import Decoded, Decoder, as_batch, events_frame, pandas_timestamps
 from rewind.translate.exceptions import DecoderConfigError
 
 ROW_PREFIX = "row:"
@@ -45,7 +45,7 @@ def pandas_column(column: pa.Array | pa.ChunkedArray) -> Any:
     if pa.types.is_floating(kind):
         return column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
     if pa.types.is_timestamp(kind):
-        return column.to_pandas().array
+        return pandas_timestamps(column)
     if pa.types.is_null(kind):
         return np.full(len(column), None, dtype=object)
     return column.to_numpy(zero_copy_only=False)  # text, dates, decimals, bytes: Python objects

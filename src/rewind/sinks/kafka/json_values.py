@@ -127,11 +127,20 @@ def _quoted(text: pa.Array) -> pa.Array:
 
 
 def _floats(column: pa.Array) -> pa.Array:
+    """ONE ``orjson.dumps`` of the column's list; the values are cut out of its text at the commas
+    (a float's JSON has none) by numpy, straight into an Arrow buffer: a ``split`` and an array of
+    one bytes object per value cost ~3x the ``dumps``."""
+    import numpy as np
     import orjson
     import pyarrow as pa
 
     values = column.to_numpy(zero_copy_only=False).tolist()  # nulls become NaN, which orjson writes null
-    return pa.array(orjson.dumps(values)[1:-1].split(b","), pa.binary())
+    body = np.frombuffer(orjson.dumps(values), dtype=np.uint8)[1:-1]
+    commas = body == ord(",")
+    starts = np.flatnonzero(commas) + 1 - np.arange(1, len(values), dtype=np.int64)  # commas taken out
+    offsets = np.concatenate([[0], starts, [len(body) - len(values) + 1]]).astype(np.int32)
+    data = body[~commas]
+    return pa.Array.from_buffers(pa.binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _each(values: list[Any]) -> pa.Array:

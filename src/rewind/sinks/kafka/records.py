@@ -81,8 +81,8 @@ class EncodedBatch:
     columns: list[list[Any]]
     keys: list[Any]
     timestamps: list[int]
-    source_topics: list[str]
-    source_partitions: list[int]
+    topics: pa.Array
+    partitions: pa.Array
     event_ids: list[str]
     sources: list[str]
     lineage: list[HeaderColumn]
@@ -90,6 +90,15 @@ class EncodedBatch:
 
     def __len__(self) -> int:
         return len(self.event_ids)
+
+    @property
+    def source_topics(self) -> list[str]:
+        """Each row's source topic (made when asked: a re-produce's units never ask)."""
+        return _plain(self.topics)
+
+    @property
+    def source_partitions(self) -> list[int]:
+        return _plain(self.partitions)
 
     @property
     def headers(self) -> list[list[tuple[str, Any]]]:
@@ -108,7 +117,8 @@ def user_columns(schema: pa.Schema) -> list[str]:
 
 
 ProduceFn = Callable[..., None]
-"""``Producer.produce`` called as ``produce(topic, value, key, partition, timestamp=, headers=)``."""
+"""``Producer.produce`` called as ``produce(topic, value, key, partition, None, None, timestamp, headers)``:
+positional (its on_delivery and callback None), which spares a keyword dict per record."""
 
 
 class RecordEncoder:
@@ -153,8 +163,8 @@ class RecordEncoder:
             columns=[self._values(batch)],
             keys=self._keys(batch, columns, event_ids),
             timestamps=_plain(pc.fill_null(millis, 0)),
-            source_topics=_plain(topics),
-            source_partitions=_plain(partitions),
+            topics=topics,
+            partitions=partitions,
             event_ids=event_ids,
             sources=_plain(sources),
             lineage=[
@@ -239,6 +249,10 @@ def _header_values(name: str, column: pa.Array) -> HeaderColumn:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if len(column) and column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py():
+        # the usual case, ~6x cheaper than the dictionary below for a column of text
+        value = _iso(column[:1]) if pa.types.is_timestamp(column.type) else _plain(column[:1])
+        return (name, value[0])
     encoded = pc.dictionary_encode(column)
     dictionary = encoded.dictionary
     values = _iso(dictionary) if pa.types.is_timestamp(dictionary.type) else _plain(dictionary)
@@ -304,7 +318,7 @@ def _produce_loop(names: list[str], prebuilt: bool = False) -> Callable[..., int
         f"        v = {value}\n"
         f"        h = [(H_EVENT_ID, eid), (H_SOURCE, src), h0, h1, h2, h3, h4]\n"
         f"        try:\n"
-        f"            produce(topic, v, k, p, timestamp=ts, headers=h)\n"
+        f"            produce(topic, v, k, p, None, None, ts, h)\n"
         f"        except BufferError:\n"
         f"            when_full(topic, v, k, p, timestamp=ts, headers=h)\n"
         f"        n += 1\n"
