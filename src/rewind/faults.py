@@ -1,8 +1,10 @@
 """Named crash points for fault tests: ``REWIND_FAULT=<point>[:<n>]`` kills this process with
-SIGKILL the n-th time (default 1st) the run passes ``point``. Unset, it costs one dict lookup.
+SIGKILL the n-th time (default 1st) the run passes ``point`` (several points: comma-separated).
+Unset, it costs one dict lookup.
 
 Points: ``after-plan`` (plan stored, run not started), ``mid-wave`` (Spark job of a wave
-running), ``after-quarantine-commit``, ``after-sink-commit`` (output committed, ledger not
+running), ``after-wave-tasks`` (the wave's Spark job done: units its tasks loaded are committed),
+``after-quarantine-commit``, ``after-sink-commit`` (output committed, ledger not
 updated), ``after-ledger-update``; read models (:mod:`rewind.job.finalize`) add
 ``before-fold-commit`` and ``after-fold-commit`` around the commit of the folded rows. The
 Kafka sink adds ``kafka-commit-mid-produce``,
@@ -18,7 +20,10 @@ its rename transaction (before: renames done and locks held, not committed); the
 ``kafka-promote-before-commit``, ``kafka-promote-after-commit``,
 ``kafka-rollback-before-commit`` and ``kafka-rollback-after-commit`` around the write of the
 run's ``published``/``withdrawn`` record to ``rewind.commits`` (before it is produced, after
-it is acknowledged).
+it is acknowledged). A re-produce's unit transactions, and a Kafka-source unit produced by its
+task, add ``reproduce-before-marker`` and ``reproduce-before-end`` (in the Spark task).
+``REWIND_FAULT_ONCE=<path>`` makes a point fire in one process only (see
+:func:`_first_across_processes`).
 """
 
 from __future__ import annotations
@@ -35,17 +40,39 @@ def point(name: str) -> None:
     wanted = os.environ.get("REWIND_FAULT")
     if not wanted:
         return
-    target, _, nth = wanted.partition(":")
-    if target != name:
+    nth = _nth(wanted, name)
+    if nth is None:
         return
     with _lock:
         _seen[name] = _seen.get(name, 0) + 1
-        if _seen[name] == int(nth or 1):
+        if _seen[name] == nth and _first_across_processes(name):
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _nth(wanted: str, name: str) -> int | None:
+    """Which pass of ``name`` fires (None: not armed); several points are comma-separated."""
+    for item in wanted.split(","):
+        target, _, nth = item.strip().partition(":")
+        if target == name:
+            return int(nth or 1)
+    return None
+
+
+def _first_across_processes(name: str) -> bool:
+    """``REWIND_FAULT_ONCE=<path>``: only the first process to get there fires (it creates
+    ``<path>.<point>``), so a Spark task killed at a point is retried by Spark in a fresh
+    worker, which passes."""
+    path = os.environ.get("REWIND_FAULT_ONCE")
+    if not path:
+        return True
+    try:
+        os.close(os.open(f"{path}.{name}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def after(seconds: float, name: str) -> None:
     """Arm ``name`` to fire from a timer thread (a kill in the middle of a Spark job)."""
-    wanted = os.environ.get("REWIND_FAULT", "")
-    if wanted.partition(":")[0] == name:
+    if _nth(os.environ.get("REWIND_FAULT", ""), name) is not None:
         threading.Timer(seconds, point, args=(name,)).start()

@@ -125,7 +125,7 @@ class CommitWriter:
                     continue
                 with _gc_paused():
                     encoded = encoder.encode(batch)
-                    partitions = _target_partitions(batch, encoded, same)
+                    partitions = target_partitions(batch, encoded, same)
                     keep = [e not in present for e in encoded.event_ids] if present else None
                     try:
                         produced += encoder.produce(
@@ -154,7 +154,7 @@ class CommitWriter:
         self.txn.flush()
 
 
-def _target_partitions(batch: pa.RecordBatch, encoded: EncodedBatch, same: frozenset[str]) -> list[int]:
+def target_partitions(batch: pa.RecordBatch, encoded: EncodedBatch, same: frozenset[str]) -> list[int]:
     """The source partition for rows of a topic with as many partitions; -1 (by key) otherwise."""
     import pyarrow.compute as pc
 

@@ -57,10 +57,13 @@ transaction is fenced after a few seconds of waiting. A crashed commit of ANOTHE
 shares the partition holds it back until the broker aborts it (``transaction.timeout.ms``);
 the 16 partitions make that rare, and a read that waits too long fails with that reason.
 
-Large volumes: the runner hands Parquet files to the driver, so :meth:`KafkaTopicSink.commit`
-produces from one process (librdkafka batching, ``linger.ms=20``, lz4 unless configured, one
-poll per 20k rows, JSON built inside the produce loop, Python's garbage collector paused in
-it): a bottleneck of one core, accepted for now. ``bench/sink_kafka.py`` measures it against a
+Large volumes: with ``transactional`` on a broker whose ``read_committed`` works, the Spark
+tasks produce their units themselves, one transaction per unit with its marker
+(:mod:`rewind.sinks.kafka.task_load`, the re-produce's unit writer), and the driver handles
+only metadata. Otherwise the runner hands Parquet files to the driver, and
+:meth:`KafkaTopicSink.commit` produces from one process (librdkafka batching, ``linger.ms=20``,
+lz4 unless configured, one poll per 20k rows, JSON built inside the produce loop, Python's
+garbage collector paused in it): a bottleneck of one core. ``bench/sink_kafka.py`` measures it against a
 bare produce loop of the same records (0.6-0.8 of its rate on the 2-core test machine). The
 bookkeeping partition is read from its start by prepare, resume, promote and rollback (a
 sink remembers its own commits in between), which stays cheap while it is compacted.
@@ -422,7 +425,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             # 3. where this commit starts, and what an interrupted commit left
             highs = high_watermarks(self.conf, staging.topic)
             present: set[str] = set()
-            if not was_clean:
+            if not was_clean and files:  # no file: units without records (their tasks produced the rest)
                 scan_from = runlog.scan_from() or staging.start_offsets
                 present = event_ids_in(self.conf, staging.topic, run_id, scan_from, highs)
             # 4. the data

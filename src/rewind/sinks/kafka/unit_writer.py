@@ -16,7 +16,9 @@ its own transactional id, holding the unit's records and its commit marker in
    handed back;
 3. begin the transaction; produce the rows as they come, in key order, each with an explicit
    partition: the one the live producer picks for the record's key bytes
-   (:mod:`rewind.kafka.partitioner`, ``sink.kafka.partitioner``);
+   (:mod:`rewind.kafka.partitioner`, ``sink.kafka.partitioner``), or, for a Kafka source
+   (:mod:`rewind.sinks.kafka.task_load`), its source partition when the topic has as many
+   partitions as its source topic, as the driver's commit places it;
 4. flush, failing on any refused record; produce the marker (the unit, its counts, rows per
    partition, its quarantine files) and flush it;
 5. commit the transaction: a ``read_committed`` consumer sees the unit's records and its marker
@@ -51,7 +53,7 @@ from rewind.sinks.kafka.bookkeeping import (
     read_run_log,
     units_digest,
 )
-from rewind.sinks.kafka.commit_writer import PRODUCER_DEFAULTS
+from rewind.sinks.kafka.commit_writer import PRODUCER_DEFAULTS, target_partitions
 from rewind.sinks.kafka.exceptions import KafkaSinkError, short_error
 
 if TYPE_CHECKING:
@@ -154,7 +156,6 @@ class UnitSession:
         """Produce output rows (user columns + lineage, in key order) with explicit partitions."""
         from confluent_kafka import KafkaException
 
-        from rewind.kafka.partitioner import partitions_for
         from rewind.sinks.kafka.avro_fit import AvroSchemaMismatch
         from rewind.sinks.kafka.avro_target import values_of
         from rewind.sinks.kafka.records import RecordEncoder
@@ -179,7 +180,7 @@ class UnitSession:
                 k if type(k) is bytes else k.encode() if isinstance(k, str) else bytes(k)
                 for k in encoded.keys
             ]
-            partitions = partitions_for(keys, self.staging.partitions, self.writer.partitioner)  # type: ignore[arg-type]
+            partitions = self._placed(batch, encoded, keys)
             blocked = set(partitions) & set(self.writer.skip_partitions)
             if blocked:
                 index = next(i for i, p in enumerate(partitions) if p in blocked)
@@ -202,6 +203,19 @@ class UnitSession:
             producer.poll(0)
             assert self._txn is not None
             self._txn.raise_failures(what=f" for {self.staging.topic}")
+
+    def _placed(self, batch: pa.RecordBatch, encoded: Any, keys: list[bytes]) -> list[int]:
+        """The partition of each record: its source partition when its source topic has as many
+        partitions as the target (a Kafka source, as the driver's commit places it), else the
+        one the live producer picks for its key."""
+        from rewind.kafka.partitioner import partitions_for
+
+        same = self.staging.same_partition_topics
+        placed = target_partitions(batch, encoded, same) if same else None
+        if placed is not None and min(placed, default=0) >= 0:
+            return placed
+        by_key = partitions_for(keys, self.staging.partitions, self.writer.partitioner)  # type: ignore[arg-type]
+        return by_key if placed is None else [k if p < 0 else p for p, k in zip(placed, by_key, strict=True)]
 
     def _when_full(self, topic: str, value: Any, key: Any, partition: int, **kwargs: Any) -> None:
         assert self._txn is not None
