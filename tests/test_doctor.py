@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests import job_fixtures as jf
 from tests.brokers import DELETE_RECORDS, EXTERNAL, LATEST, READ_COMMITTED, TANSU, TIME_INDEX, TestBroker
 
 REWIND = str(Path(sys.executable).with_name("rewind"))
@@ -71,6 +72,8 @@ def doctor_run(broker_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) 
     cwd = tmp_path_factory.mktemp("doctor")
     env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_") or k == "REWIND_TANSU_BIN"}
     env |= {"REWIND_BOOTSTRAP_SERVERS": broker_bootstrap, "REWIND_STATE_DIR": str(cwd / "state")}
+    # the Spark check starts one JVM for one tiny job: without C2 it starts much faster
+    env["REWIND_SPARK_CONF"] = json.dumps({"spark.driver.extraJavaOptions": jf.QUICK_JVM})
     before = topic_names(broker_bootstrap)
     t0 = time.monotonic()
     result = subprocess.run(
