@@ -176,6 +176,7 @@ def test_a_killed_run_resumes_with_the_password_from_its_spec(
         env=jf.child_env(world.settings, REWIND_FAULT="after-ledger-update"), timeout=300,
     )
     assert proc.returncode == -9, proc.stderr[-3000:]
+    assert PASSWORD not in proc.stdout + proc.stderr  # its tasks loaded units with the URL
     ledger_file = world.settings.state_path / "ledger.db"
     assert PASSWORD.encode() not in ledger_file.read_bytes()
 
@@ -220,6 +221,7 @@ def test_a_killed_run_resumes_with_the_password_from_its_spec(
     assert result.exit_code == 0, result.output
     outcome = json.loads(result.stdout)
     assert outcome["state"] == "succeeded"
+    assert not [k for k, v in spark.sparkContext.getConf().getAll() if PASSWORD in v]  # tasks got it pickled
     staging = outcome["staging"]["table"]
     assert rows_in(url, staging) == world.want()
     assert PASSWORD.encode() not in ledger_file.read_bytes()

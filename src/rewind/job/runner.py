@@ -47,7 +47,7 @@ from rewind.core.console import QUIET, Console, RunProgress
 from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
-from rewind.job import reproduce
+from rewind.job import reproduce, task_loads
 from rewind.job.finalize import finalize_run
 from rewind.job.live import LiveProgress
 from rewind.job.merge import merge_run
@@ -194,6 +194,8 @@ def execute(
                     if not fresh:
                         _reconcile(ledger, unit_sink, unit_staging, run_id)
                     run.done_q = run.quarantine()[0].committed_units(run.quarantine()[1], run_id)
+                    if spec.source.table is None:  # units tasks loaded, their quarantine not committed
+                        task_loads.reconcile_quarantine(ledger, run_id, unit_sink, unit_staging, run)
                     if spec.source.table is not None and not fresh:
                         qsink, qstaging = run.quarantine()
                         reproduce.reconcile_quarantine(
@@ -381,11 +383,6 @@ def _one_line(exc: BaseException) -> str:
 
 
 
-def _pending(ledger: Ledger, plan: JobPlan, run_id: str) -> list[WorkUnit]:
-    waiting = {u.unit_id for u in ledger.pending_units(run_id)}
-    return [u for u in plan.units if u.id in waiting]
-
-
 def _quarantine(settings: Settings, table: str, run_id: str) -> tuple[IcebergSink, IcebergStaging]:
     """The quarantine table (created on first use); written directly, never staged."""
     from pyiceberg.exceptions import NoSuchTableError
@@ -486,6 +483,7 @@ def _run_wave(
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
         progress=live.channel(spark),
+        unit_loader=task_loads.loader_for(sink, staging, plan),
     )
     read_archive = None
     if spec.source.history is not None:
@@ -527,7 +525,9 @@ def _run_wave(
         faults.point("after-quarantine-commit")
     files = [f for uid in ids for f in outputs[uid].data_files]
     counts = {uid: outputs[uid].counts.to_dict() for uid in ids}
-    sink.commit(staging, run_id, ids, files, extra={UNIT_COUNTS_KEY: json.dumps(counts, sort_keys=True)})
+    rest = [uid for uid in ids if not outputs[uid].loaded]  # the tasks loaded the others
+    if rest:
+        sink.commit(staging, run_id, rest, files, extra={UNIT_COUNTS_KEY: json.dumps(counts, sort_keys=True)})
     faults.point("after-sink-commit")
     ledger.complete_units(run_id, [UnitResult(uid, **_counts_for(counts[uid])) for uid in ids])
     faults.point("after-ledger-update")

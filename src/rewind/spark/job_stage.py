@@ -70,6 +70,10 @@ class StageContext:
     """``source.kafka.latest_per_key``: the records to process (:mod:`rewind.spark.latest_per_key`)."""
     store: WarehouseStore = field(default_factory=active_store)
     """The warehouse's filesystem properties, captured in the driver (:mod:`rewind.core.store`)."""
+    unit_loader: Any = None
+    """Loads each finished Kafka unit into the sink from its task, one transaction per unit
+    (``load(unit_id, files, quarantine_files, counts) -> (recorded counts, loaded)``, e.g.
+    :class:`rewind.sinks.sql.task_load.TaskLoader`); None: the driver commits the files."""
 
 
 @dataclass
@@ -83,6 +87,8 @@ class UnitOutput:
     with this unit (each task reports its own with its first unit)."""
     bytes_read: dict[str, int] = field(default_factory=dict)
     """Record bytes read per source (``kafka``, ``archive``), reported like ``stage_s``."""
+    loaded: bool = False
+    """The task loaded the unit into the sink (:attr:`StageContext.unit_loader`)."""
 
 
 class _UnitFiles:
@@ -195,6 +201,14 @@ class ProcessUnits:
         for out in files.values():
             t0 = time.perf_counter()
             done = out.close()
+            # a unit is loaded by its task only if it is whole there: archive units may span tasks
+            if self.ctx.unit_loader is not None and out.unit.source == "kafka":
+                done.counts.check(done.unit_id)
+                recorded, _ = self.ctx.unit_loader.load(
+                    done.unit_id, done.data_files, done.quarantine_files, done.counts.to_dict()
+                )
+                done = UnitOutput(done.unit_id, [], list(recorded.get("quarantine_files") or []))
+                done.counts = RecordCounts.from_dict(recorded)
             clock.add("write", time.perf_counter() - t0)
             rows.append(
                 {
@@ -248,11 +262,13 @@ def run_wave(
         what = f"a Spark task of a wave of {len(ctx.units)} units failed"
         raise StageError(f"{what}: {task_error(exc)}") from exc
     outputs = {u.id: UnitOutput(u.id) for u in ctx.units}
+    loadable = {u.id for u in ctx.units if u.source == "kafka"}
     for row in results:
         out = outputs[row.unit_id]
         out.data_files += json.loads(row.data_file)
         out.quarantine_files += json.loads(row.quarantine_file)
         out.counts = out.counts.merge(RecordCounts.from_dict(json.loads(row.counts)))
+        out.loaded = ctx.unit_loader is not None and out.unit_id in loadable
         task = json.loads(row.stages or "{}")
         add_stage_seconds(out.stage_s, task.get("seconds") or {})
         for source, n in (task.get("bytes") or {}).items():

@@ -288,8 +288,12 @@ class PostgresBackend(Backend):
         conflict: list[str],
         mode: Mode,
         dedupe: bool,
+        ordered: bool = False,
     ) -> int:
-        """COPY into a temporary table, then one INSERT ... SELECT ... ON CONFLICT into staging."""
+        """COPY into a temporary table, then one INSERT ... SELECT ... ON CONFLICT into staging.
+
+        ``ordered``: rows go in key order, so concurrent loads (tasks) lock shared keys in the
+        same order and rarely deadlock."""
         names = ", ".join(quote_ident(c) for c in columns)
         load = quote_ident("rewind_load")
         tx.cur.execute(
@@ -304,7 +308,8 @@ class PostgresBackend(Backend):
                 f"COALESCE({ts}, '-infinity') DESC, {part} DESC, {off} DESC, {eid} DESC"
             )
         else:
-            select = f"SELECT {names} FROM {load}"
+            order = f" ORDER BY {', '.join(quote_ident(c) for c in conflict)}" if ordered else ""
+            select = f"SELECT {names} FROM {load}{order}"
         on_conflict = conflict_sql("rewind_t", columns, conflict, mode, sqlite=False)
         tx.cur.execute(f"INSERT INTO {staging.sql} AS rewind_t ({names}) {select} {on_conflict}")
         tx.cur.execute(f"DROP TABLE {load}")

@@ -27,7 +27,9 @@ Where a run's output goes, and why:
   same transaction. While staging has shown no conflicts (a new read model), rows are
   ``COPY``-ed straight into staging under a savepoint; the first unique violation rolls
   that back and switches to ``COPY`` into a temporary table + ``INSERT ... ON CONFLICT``.
-  SQLite: ``executemany`` upserts in one ``BEGIN IMMEDIATE`` transaction.
+  SQLite: ``executemany`` upserts in one ``BEGIN IMMEDIATE`` transaction. A Kafka-source
+  run into PostgreSQL loads each unit from its Spark task instead, likewise in one transaction
+  with its unit row (:mod:`rewind.sinks.sql.task_load`); the driver then records only metadata.
 * **Promotion** is one transaction of renames: target → ``<table>__rewind_prev_<run>``,
   staging → target, and the index names are swapped too (PostgreSQL index names are per
   schema), so the promoted table has the target's index and constraint names. Readers
