@@ -26,7 +26,8 @@ resume RUN`` continues from step 1.
 
 A re-produce (``source.table``) walks the same stages, but its units are committed by the
 Spark tasks themselves, one Kafka transaction each, before the driver commits their
-quarantine files: :mod:`rewind.job.reproduce` says in which order and why.
+quarantine files: :mod:`rewind.job.reproduce` says in which order and why; so are a Kafka
+source's units into a transactional Kafka topic (:mod:`rewind.job.kafka_loads`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from rewind.core.console import QUIET, Console, RunProgress
 from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
-from rewind.job import reproduce, task_loads
+from rewind.job import kafka_loads, reproduce, task_loads
 from rewind.job.finalize import finalize_run
 from rewind.job.live import LiveProgress
 from rewind.job.merge import merge_run
@@ -179,8 +180,8 @@ def execute(
                     held.enter_context(interrupts)
                     ledger.set_state(run_id, "running")
                 elif isinstance(stage, PrepareStaging):
-                    if spec.source.table is not None:  # a killed task's transaction holds the bookkeeping
-                        reproduce.fence_attempted(settings, ledger, run_id)
+                    # a killed task's open transaction holds the bookkeeping back
+                    kafka_loads.fence(settings, ledger, run_id, spec)
                     schema = plan.output_schema()
                     run.staging = sink.prepare(run_id, schema)
                     run.qsink, run.qstaging = _quarantine(settings, stage.quarantine_table, run_id)
@@ -194,6 +195,9 @@ def execute(
                     if not fresh:
                         _reconcile(ledger, unit_sink, unit_staging, run_id)
                     run.done_q = run.quarantine()[0].committed_units(run.quarantine()[1], run_id)
+                    kafka_loads.reconcile_quarantine(
+                        settings, ledger, run_id, spec, unit_staging, run.quarantine(), run.done_q
+                    )
                     if spec.source.table is None:  # units tasks loaded, their quarantine not committed
                         task_loads.reconcile_quarantine(ledger, run_id, unit_sink, unit_staging, run)
                     if spec.source.table is not None and not fresh:
@@ -496,6 +500,7 @@ def _run_wave(
         )
     if plan.job_spec().source.window.latest_per_key:
         ctx = dataclasses.replace(ctx, latest=_latest(ledger, plan, run_id, spark, ctx, read_archive, latest))
+    ctx = kafka_loads.with_loader(ctx, sink, staging, ledger, spark)
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:
         t_spark = time.monotonic()
@@ -503,6 +508,7 @@ def _run_wave(
         with live.wave(base, wave), pace_server_for(spark, limit) as pace:
             outputs = run_wave(spark, dataclasses.replace(ctx, pace=pace), read_archive)
         t_commit = time.monotonic()
+        faults.point("after-wave-tasks")  # units its tasks loaded are committed, nothing else
     except Exception as exc:  # the wave's units are not done: say why in the ledger
         try:
             ledger.fail_units(run_id, [u.id for u in wave], _one_line(exc))

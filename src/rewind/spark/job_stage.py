@@ -28,6 +28,7 @@ from rewind.spark.kafka_fetch import partitions_in
 from rewind.spark.pace_server import PACE_OPTION, PaceAddress
 from rewind.spark.progress_channel import PROGRESS_OPTION, ProgressAddress, TaskReporter
 from rewind.spark.stage_clock import StageClock, TimedDecoder, add_stage_seconds
+from rewind.spark.unit_produce import read_ranges
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,6 +71,9 @@ class StageContext:
     """``source.kafka.latest_per_key``: the records to process (:mod:`rewind.spark.latest_per_key`)."""
     store: WarehouseStore = field(default_factory=active_store)
     """The warehouse's filesystem properties, captured in the driver (:mod:`rewind.core.store`)."""
+    whole_partitions: bool = False
+    """Read a wave's units of one source partition as one range, in one task, in offset order
+    (units loaded by their tasks keep per-key order: :mod:`rewind.spark.unit_produce`)."""
     unit_loader: Any = None
     """Loads each finished Kafka unit into the sink from its task, one transaction per unit
     (``load(unit_id, files, quarantine_files, counts) -> (recorded counts, loaded)``, e.g.
@@ -151,7 +155,7 @@ class ProcessUnits:
         schema = schema_from_b64(self.ctx.output_schema_b64)
         user_schema = pa.schema([f for f in schema if not f.name.startswith("_rewind_")])
         by_partition: dict[tuple[str, int], list[WorkUnit]] = {}
-        for unit in self.ctx.units:
+        for unit in sorted(self.ctx.units, key=lambda u: u.start):  # a task's units load in this order
             by_partition.setdefault((unit.topic, unit.partition), []).append(unit)
         files: dict[str, _UnitFiles] = {}
         extracted_at = datetime.now(UTC)
@@ -175,7 +179,7 @@ class ProcessUnits:
                     )
                     if in_unit.num_rows == 0:
                         continue
-                    if unit.source == "archive":
+                    if unit.source == "archive" or self.ctx.whole_partitions:  # not the reader's ranges
                         reporter.add(unit.id, in_unit.num_rows)
                     clock.add_bytes(unit.source, in_unit)
                     left_out = None
@@ -283,7 +287,7 @@ def wave_source(
     the archive's through ``read_archive``; None when the wave has no unit to read."""
     kafka_units = [u for u in ctx.units if u.source == "kafka"]
     archive_units = [u for u in ctx.units if u.source == "archive"]
-    ranges = json.dumps([u.range.to_dict() for u in kafka_units])
+    ranges = json.dumps([r.to_dict() for r in read_ranges(kafka_units, ctx.whole_partitions)])
     reader = spark.read.format("rewind-kafka").option("ranges", ranges)
     for key, value in ctx.kafka_conf.items():
         reader = reader.option(f"kafka.{key}", str(value))
@@ -293,7 +297,7 @@ def wave_source(
         reader = reader.option("rateLimitId", ctx.rate_limit_id or ctx.run_id)
         if ctx.pace is not None:
             reader = reader.option(PACE_OPTION, ctx.pace.to_json())
-    if ctx.progress is not None:
+    if ctx.progress is not None and not ctx.whole_partitions:
         reader = reader.option(PROGRESS_OPTION, ctx.progress.to_json())
     frames = [reader.load()] if kafka_units else []
     if archive_units:
