@@ -1,91 +1,70 @@
-"""Decoding the one key that makes a cell differ, and bisection when it cannot be decoded."""
+"""The second level: the keys that differ, found in the rows of the differing cells."""
 
 from __future__ import annotations
 
-import random
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from rewind.spec import Verify
-from rewind.verify import cells
-from rewind.verify.cells import P, decode_cells
 from rewind.verify.service import verify_frames
 
-
-def cell(staging: list[tuple[int, int]], reference: list[tuple[int, int]]) -> dict[str, Any]:
-    """A cell's aggregate as the first level computes it, from (key hash, row hash) pairs."""
-
-    def moments(rows: list[tuple[int, int]]) -> list[int]:
-        out = [0, 0, 0, 0]
-        for kh, h in rows:
-            a, m = kh % P, h % P
-            for i in range(4):
-                out[i] += m
-                m = a * m % P
-        return out
-
-    s, r = moments(staging), moments(reference)
-    return {
-        "w": 0,
-        "tb": 0,
-        "kb": 5,
-        "n_s": len(staging),
-        "n_r": len(reference),
-        **{f"d{i + 1}": s[i] - r[i] for i in range(4)},
-    }
-
-
-def test_a_cell_where_one_key_differs_names_it() -> None:
-    rng = random.Random(7)
-    same = [(rng.getrandbits(63), rng.getrandbits(63)) for _ in range(100)]
-    key = rng.getrandbits(63)
-    changed = cell([*same, (key, 111)], [*same, (key, 222)])
-    missing = cell(same, [*same, (key, 333)])
-    extra = cell([*same, (key, 444), (key, 444)], same)  # a duplicated extra key
-    found, rest = decode_cells([changed, missing, extra], ["w", "tb"])
-    assert [f["sig"] for f in found] == [key % P] * 3 and rest == []
-
-
-def test_a_cell_where_two_keys_differ_is_left_for_bisection() -> None:
-    rng = random.Random(8)
-    same = [(rng.getrandbits(63), rng.getrandbits(63)) for _ in range(100)]
-    one, two = rng.getrandbits(63), rng.getrandbits(63)
-    two_keys = cell([*same, (one, 1), (two, 2)], [*same, (one, 3), (two, 4)])
-    nothing_to_divide = cell([*same, (one, P)], [*same, (one, 2 * P)])  # the same hash modulo P
-    found, rest = decode_cells([two_keys, nothing_to_divide], ["w", "tb"])
-    assert found == [] and len(rest) == 2 and rest[0]["n_s"] == 102
+ROWS = 20_000
+WINDOW_END = "2026-11-01T00:00:00Z"  # every row lies inside: 20,000 minutes
+T0 = int(datetime(2026, 10, 1, tzinfo=UTC).timestamp())
 
 
 @pytest.fixture
 def sides(spark: Any) -> tuple[Any, Any]:
     from pyspark.sql import functions as F
 
-    reference = spark.range(20_000).select(F.col("id").alias("order_id"), (F.col("id") * 2).alias("total"))
+    reference = spark.range(ROWS).select(
+        F.col("id").alias("order_id"),
+        (F.col("id") * 2).alias("total"),
+        (F.lit(T0) + F.col("id") * 60).cast("timestamp").alias("updated_at"),
+    )
     staging = reference.withColumn(
         "total", F.when(F.col("order_id") % 1000 == 3, F.col("total") + 1).otherwise(F.col("total"))
     )
     return staging, reference
 
 
-def test_decoded_cells_are_fetched_in_one_pass(spark: Any, sides: tuple[Any, Any]) -> None:
+def test_only_the_keys_that_differ_are_drilled(spark: Any, sides: tuple[Any, Any]) -> None:
     staging, reference = sides
-    v = Verify.model_validate({"reference": {"iceberg": "a.b"}, "key": ["order_id"]})
+    v = Verify.model_validate({"reference": {"iceberg": "a.b"}, "key": ["order_id"], "compare": ["total"]})
     report = verify_frames(spark, staging, reference, v)
     assert report["state"]["changed"] == 20
-    [level] = report["bisection"]
-    assert level["decoded_cells"] == level["differing_cells"] == 20
-
-
-def test_without_decoding_bisection_finds_the_same(
-    spark: Any, sides: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(cells, "DECODE_CELLS", 0)
-    staging, reference = sides
-    v = Verify.model_validate({"reference": {"iceberg": "a.b"}, "key": ["order_id"], "drill_rows": 100})
-    report = verify_frames(spark, staging, reference, v)
-    assert "decoded_cells" not in report["bisection"][0] and len(report["bisection"]) >= 2
-    assert report["state"]["changed"] == 20
+    cells, keys = report["bisection"]
+    assert 0 < cells["differing_cells"] <= 20 and cells["rows"] > 40  # whole cells were fetched
+    assert keys == {"level": 2, "bits": 64, "differing_cells": 20, "rows": 40}
     assert sorted(s["key"]["order_id"] for s in report["state"]["changed_sample"]) == [
-        i for i in range(20_000) if i % 1000 == 3
+        i for i in range(ROWS) if i % 1000 == 3
     ]
+
+
+def test_dense_changes_in_the_repaired_window_are_sampled(spark: Any, sides: tuple[Any, Any]) -> None:
+    from pyspark.sql import functions as F
+
+    staging, reference = sides
+    staging = staging.withColumn("total", F.col("total") + 1)  # every row of the window changed
+    v = Verify.model_validate(
+        {
+            "reference": {"iceberg": "a.b"},
+            "key": ["order_id"],
+            "compare": ["total"],
+            "mode": "repair",
+            "scope": {
+                "time_column": "updated_at",
+                "from": "2026-10-01T00:00:00Z",
+                "to": "2026-11-01T00:00:00Z",
+            },
+            "drill_rows": 2_000,
+        }
+    )
+    report = verify_frames(spark, staging, reference, v)
+    sampled = report["changes"]["sampled"]
+    assert sampled["cells"] == ROWS and sampled["rows"] == 2 * ROWS
+    changed = report["changes"]["changed"]
+    assert 0.5 * ROWS * sampled["share"] < changed < 1.5 * ROWS * sampled["share"]  # about the share
+    assert report["state"]["changed"] == 0  # nothing outside the window
