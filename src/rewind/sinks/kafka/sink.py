@@ -391,9 +391,10 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         2. read the run's bookkeeping: units already committed are left out (all of them: the
            call is a repeat, nothing is produced);
         3. find the topic's high watermarks (where this commit starts); unless this sink saw the
-           log clean after its own last commit, read the topic from where the run's last commit
-           started and collect the event ids of this run already there: those rows are not
-           produced again (an interrupted commit on a broker that shows its records);
+           log clean after its own last commit (or the commit is transactional on a broker whose
+           read_committed hides aborted records), read the topic from where the run's last
+           commit started and collect the event ids of this run already there: those rows are
+           not produced again (an interrupted commit on a broker that shows its records);
         4. (transactional) begin the transaction; produce every remaining row, files in source
            order, serving deliveries between batches; flush and fail on any refused record;
         5. produce the marker (units, counts, rows, start offsets) to ``rewind.commits`` and
@@ -425,7 +426,10 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             # 3. where this commit starts, and what an interrupted commit left
             highs = high_watermarks(self.conf, staging.topic)
             present: set[str] = set()
-            if not was_clean and files:  # no file: units without records (their tasks produced the rest)
+            # nothing to find: no file (units without records; tasks produced the rest), or an
+            # interrupted commit's records aborted by open() and hidden from read_committed
+            hidden = staging.transactional and staging.read_committed == "supported"
+            if not was_clean and files and not hidden:
                 scan_from = runlog.scan_from() or staging.start_offsets
                 present = event_ids_in(self.conf, staging.topic, run_id, scan_from, highs)
             # 4. the data
