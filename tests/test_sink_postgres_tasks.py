@@ -110,7 +110,7 @@ def test_a_unit_tried_again_is_loaded_once(loader: Any, pg_url: str, monkeypatch
 PARTITIONS = 2
 RECORDS = 600
 UNIT_RECORDS = 150  # 4 units, 2 per wave
-RATE = 300.0  # a wave reads 300 records in > 1 s: the timed kill lands inside the second
+RATE = 300.0  # a wave reads 300 records in > 1 s: the kill 0.5 s into the second lands before its loads
 
 DRIVER = """
 import sys
@@ -158,7 +158,7 @@ def test_killed_driver_and_failed_task_then_resume_equal_a_clean_run(
 
     # 1. the driver killed in the middle of the second wave
     path = jf.write_spec(tmp_path / "spec.yaml", spec("faulty", guards={"max_records_per_second": RATE}))
-    env = jf.child_env(settings, REWIND_FAULT="mid-wave:2", REWIND_FAULT_DELAY="1.0")
+    env = jf.child_env(settings, REWIND_FAULT="mid-wave:2", REWIND_FAULT_DELAY="0.5")
     killed = subprocess.run(
         [sys.executable, "-c", DRIVER, str(path)],
         cwd=tmp_path,
@@ -170,6 +170,7 @@ def test_killed_driver_and_failed_task_then_resume_equal_a_clean_run(
     assert killed.returncode == -9, killed.stderr[-3000:]
     with open_ledger(settings) as ledger:
         (run,) = [r for r in ledger.list_runs(5) if r.id != reference.run_id]
+        assert ledger.unit_counts(run.id).done == 2  # wave 1's units; the driver died in wave 2
     # 2. resumed, every task killed right after its first unit's commit (no Spark retry here):
     # the run fails with units in the sink the ledger does not have, nor their quarantine
     environment = spark.sparkContext.environment  # what the Python workers of the next jobs see
