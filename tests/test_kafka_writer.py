@@ -487,6 +487,25 @@ def test_pacer_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         writer._pacer()
 
 
+def test_tasks_pace_through_the_drivers_budget(writer_spark, kafka_conf, bootstrap, topic_name) -> None:
+    """rateLimitServer: every task of the write asks the driver's budget server (a cluster's way;
+    here on local[*]), which wins over numTasks and over the host check."""
+    from rewind.spark.pace_server import PACE_OPTION, PaceServer
+
+    create_topic(kafka_conf, topic_name, partitions=2)
+    server = PaceServer(RateLimit(50_000))
+    try:
+        opts = kafka_options(bootstrap, topic=topic_name, maxRecordsPerSecond=50_000)
+        df = writer_spark.range(1000).selectExpr("cast(id as string) as value").repartition(2)
+        write(df, {**opts, PACE_OPTION: server.address.to_json(), "numTasks": "2"})
+        assert server.clients == 2 and server.grants >= 2  # one connection per task
+    finally:
+        server.close()
+    assert len(read_topic(kafka_conf, topic_name)) == 1000
+    options = WriterOptions.parse({**opts, PACE_OPTION: server.address.to_json()})
+    assert options.rate_limit_server == server.address.to_json()
+
+
 def test_local_pacer_is_exact() -> None:
     pacer = LocalPacer(RateLimit(records_per_second=1000, bytes_per_second=50_000))
     waited = sum(pacer.acquire(100, 1000, time.sleep) for _ in range(5))  # records bind: 0.1 s each

@@ -44,6 +44,8 @@ class WriterOptions:
     limit: RateLimit = field(default_factory=RateLimit)
     num_tasks: int | None = None
     rate_limit_dir: str | None = None
+    rate_limit_server: str | None = None
+    """A :class:`~rewind.spark.pace_server.PaceAddress` (JSON): the driver keeps the job's budget."""
     summary_path: str | None = None
     ignore_extra_columns: bool = False
 
@@ -91,6 +93,7 @@ class WriterOptions:
             limit=limit,
             num_tasks=num_tasks,
             rate_limit_dir=opts.get("ratelimitdir") or None,
+            rate_limit_server=opts.get("ratelimitserver") or None,
             summary_path=opts.get("summarypath") or None,
             ignore_extra_columns=flag(opts, "ignoreextracolumns"),
         )

@@ -35,6 +35,8 @@ Options (case-insensitive):
   + value + header bytes), see below.
 * ``numTasks``: split the cap evenly over this many tasks instead of sharing it on one host.
 * ``rateLimitDir``: directory of the shared pacing state (default: a temp directory).
+* ``rateLimitServer``: where the driver serves the job's budget on a cluster (the JSON of
+  :class:`~rewind.spark.pace_server.PaceAddress`); wins over the two above.
 * ``summaryPath``: on success the driver writes the job's totals there as JSON.
 * ``ignoreExtraColumns`` (``false``): ignore unknown columns like Spark's sink does.
 
@@ -51,7 +53,16 @@ process, so by default the cap is a pacing state shared through a file under ``f
 on the driver's host; a task on another host refuses to run rather than silently exceed
 the cap, unless ``numTasks`` is given (each task then gets cap / numTasks: never above the
 cap, below it when fewer tasks run at once) or ``rateLimitDir`` names a directory every
-host shares with working locks.
+host shares with working locks. On a cluster the exact way is the driver's budget, the one a
+backfill's reads use: every task asks it before each chunk it sends, whatever host it runs on
+(Spark gives a data source no driver-side hook to open it, so the caller does)::
+
+    from rewind.spark.pace_server import PACE_OPTION, pace_server_for
+    from rewind.spark.ratelimit import RateLimit
+
+    with pace_server_for(spark, RateLimit(50_000)) as pace:  # None on local[*]
+        w = df.write.format("rewind-kafka").option("maxRecordsPerSecond", "50000")  # ...
+        (w.option(PACE_OPTION, pace.to_json()) if pace else w).mode("append").save()
 """
 
 from __future__ import annotations
@@ -143,13 +154,18 @@ class KafkaArrowWriter(DataSourceArrowWriter):
         limit = self.options.limit
         if limit.unlimited:
             return None
+        if self.options.rate_limit_server:
+            from rewind.spark.pace_server import PaceAddress, RemotePacer
+
+            return RemotePacer(PaceAddress.from_json(self.options.rate_limit_server))
         if self.options.num_tasks is not None:
             return LocalPacer(limit.share(self.options.num_tasks))
         if self.options.rate_limit_dir is None and socket.gethostname() != self.planner_host:
             raise ConfigError(
                 f"maxRecordsPerSecond/maxBytesPerSecond are shared through files on host "
                 f"{self.planner_host}, but this task runs on {socket.gethostname()}; set option "
-                "numTasks (the cap is split evenly) or rateLimitDir (a directory all hosts share)"
+                "rateLimitServer (the driver's budget, see rewind.spark.pace_server), numTasks (the cap "
+                "is split evenly) or rateLimitDir (a directory all hosts share)"
             )
         directory = Path(self.options.rate_limit_dir) if self.options.rate_limit_dir else default_state_dir()
         return SharedFilePacer(limit, shared_state_path(directory, self.job_id))
