@@ -375,10 +375,11 @@ class _Interrupts:
 
 
 def _forget_pacing(run_id: str) -> None:
-    """Remove the run's shared read-pacing file (a resume would start a fresh one anyway)."""
+    """Remove the run's shared pacing files, of reads and of produced records (a resume starts anew)."""
     from rewind.spark.ratelimit import default_state_dir, remove_shared_state
 
-    remove_shared_state(default_state_dir(), f"read-{run_id}")
+    for name in ("read", "produce"):
+        remove_shared_state(default_state_dir(), f"{name}-{run_id}")
 
 
 def _one_line(exc: BaseException) -> str:
