@@ -74,14 +74,15 @@ def with_loader(
 
     if not isinstance(sink, KafkaTopicSink):
         return ctx
+    rate = ctx.max_records_per_second
+    loader = task_loader(sink, staging, frozenset(), rate)
+    if loader is None:
+        return ctx
     wave = {u.id for u in ctx.units}
     earlier = frozenset(
         u.unit_id for u in ledger.pending_units(ctx.run_id) if u.unit_id in wave and u.attempts > 1
     )
-    rate = ctx.max_records_per_second
-    loader = task_loader(sink, staging, earlier, rate, _produce_budget(spark, ctx.run_id, rate))
-    if loader is None:
-        return ctx
+    loader = dataclasses.replace(loader, attempted=earlier, pace=_produce_budget(spark, ctx.run_id, rate))
     # one task per source partition: its units in offset order (per-key order), tasks in parallel
     return dataclasses.replace(ctx, unit_loader=loader, whole_partitions=True, ranges_per_task=1)
 
