@@ -195,8 +195,10 @@ class KafkaTarget(_Model):
     transactional: bool = Field(
         default=False,
         description=(
-            "Write each commit (a wave of work units, with its bookkeeping marker) in one Kafka "
-            "transaction; consumers read with read_committed."
+            "Write through Kafka transactions; consumers read with read_committed. On a broker "
+            "whose read_committed hides aborted records, each work unit is produced by its Spark "
+            "task in one transaction with its bookkeeping marker; otherwise (tansu) the driver "
+            "writes each commit (a wave of units, with its marker) in one transaction."
         ),
     )
     encode: Literal["json", "avro"] = Field(
