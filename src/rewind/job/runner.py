@@ -27,7 +27,8 @@ resume RUN`` continues from step 1.
 A re-produce (``source.table``) walks the same stages, but its units are committed by the
 Spark tasks themselves, one Kafka transaction each, before the driver commits their
 quarantine files: :mod:`rewind.job.reproduce` says in which order and why; so are a Kafka
-source's units into a transactional Kafka topic (:mod:`rewind.job.kafka_loads`).
+source's units into a transactional Kafka topic (:mod:`rewind.job.kafka_loads`) or a
+PostgreSQL staging table (COPY per unit, :mod:`rewind.job.task_loads`).
 """
 
 from __future__ import annotations
