@@ -162,7 +162,6 @@ def run_shadow_story(
     from rewind.demo.scene import PARTITIONS, set_scene
     from rewind.embedded.stack import Stack
     from rewind.shadow.cutover import cutover_hard
-    from rewind.shadow.start import start_shadow
     from rewind.shadow.status import shadow_status
     from rewind.shadow.verify import verify_shadow
     from rewind.spark import session
@@ -205,13 +204,23 @@ def run_shadow_story(
             f"[bold]2. shadow start[/] {escape(name)}: "
             "the history (archive + log) into v2, then the live tail"
         )
-        first = start_shadow(settings, spec, stop=lambda _: True, sample_s=1.0)
-        tail = _Tail(settings, spec)
+        # one start: the history, then the tail continues in the same call (a first start
+        # stopped after the history would start and stop a streaming query for nothing)
+        tail = started = _Tail(settings, spec)
         tail.start()
-        status = _wait("caught up", "the shadow catching up", lambda: _caught_up(settings, name), 600)
+        status = _wait(
+            "caught up",
+            "the shadow catching up",
+            lambda: not started.is_alive() or _caught_up(settings, name),
+            600,
+        )
+        if not started.is_alive():  # its error, or a tail that stopped by itself
+            started.stop()
+            raise DemoFailed("demo step 'shadow start': the shadow's tail stopped before it caught up")
+        run_id = status["run_id"]
         why = status["caught_up_reason"]
         say(f"   caught up: v2 is {status['max_lag']} offsets behind the log at most ({why})")
-        result.step("shadow start", t0, run_id=first["run_id"], max_lag=status["max_lag"])
+        result.step("shadow start", t0, run_id=run_id, max_lag=status["max_lag"])
 
         t0 = time.monotonic()
         checked = verify_shadow(settings, name, repeat=verifications, every_s=1)
@@ -251,7 +260,12 @@ def run_shadow_story(
     result.step("cutover", t0, tail_batches=tailed["batches"], swap=cut)
 
     t0 = time.monotonic()
-    time.sleep(2)  # orders keep arriving, now written by the new release into the swapped table
+    # orders keep arriving, now written by the new release into the swapped table: a few
+    # more are produced before the producer stops (the final check needs them all applied)
+    more = len(producer.produced) + 10
+    _wait(
+        "final", "new orders after the cutover", lambda: len(producer.produced) >= more or producer.error, 60
+    )
     produced = producer.stop()
     history = domain.generate(events, partitions=PARTITIONS, seed=seed)
     expected = expected_status([*history.valid, *produced])
@@ -276,7 +290,7 @@ def run_shadow_story(
     result.step("final", t0, orders=len(rows), live_events=len(produced))
     result.summary = {
         "shadow": name,
-        "run_id": first["run_id"],
+        "run_id": run_id,
         "orders": len(rows),
         "live_events": len(produced),
         "verified_orders": compared[-1],
