@@ -260,6 +260,39 @@ class LiveConsumer(threading.Thread):
         assert self.error is None, self.error
 
 
+class Tail(threading.Thread):
+    """``rewind shadow start`` in this process (the shared Spark session, no JVM to start) until
+    stopped: the history into v2 if it is not there yet, then the live tail."""
+
+    def __init__(self, settings: Any, spec: Any) -> None:
+        super().__init__(daemon=True)
+        self.settings, self.spec = settings, spec
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+        self.result: dict[str, Any] = {}
+
+    def run(self) -> None:
+        from rewind.shadow.start import start_shadow
+
+        try:
+            self.result = start_shadow(
+                self.settings, self.spec, stop=lambda _: self.halt.is_set(), sample_s=0.5
+            )
+        except BaseException as exc:  # surfaced by stop()
+            self.error = exc
+
+    def failed(self) -> bool:
+        return not self.is_alive()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(120)
+        if self.error is not None:
+            import traceback
+
+            raise AssertionError("".join(traceback.format_exception(self.error))[-3000:])
+
+
 def shadow_env(tmp_path: Path, bootstrap: str) -> dict[str, str]:
     return {
         "REWIND_STATE_DIR": str(tmp_path / "state"),

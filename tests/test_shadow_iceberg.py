@@ -101,38 +101,6 @@ class IcebergLive(threading.Thread):
         assert self.error is None, self.error
 
 
-class Tail(threading.Thread):
-    """``rewind shadow start`` in this process (the shared Spark session) until stopped."""
-
-    def __init__(self, settings: Any, spec: Any) -> None:
-        super().__init__(daemon=True)
-        self.settings, self.spec = settings, spec
-        self.halt = threading.Event()
-        self.error: BaseException | None = None
-        self.result: dict[str, Any] = {}
-
-    def run(self) -> None:
-        from rewind.shadow.start import start_shadow
-
-        try:
-            self.result = start_shadow(
-                self.settings, self.spec, stop=lambda _: self.halt.is_set(), sample_s=0.5
-            )
-        except BaseException as exc:  # surfaced by stop()
-            self.error = exc
-
-    def failed(self) -> bool:
-        return not self.is_alive()
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(120)
-        if self.error is not None:
-            import traceback
-
-            raise AssertionError("".join(traceback.format_exception(self.error))[-3000:])
-
-
 def _caught_up(settings: Any) -> bool:
     from rewind.shadow.status import shadow_status
 
@@ -189,6 +157,7 @@ def test_iceberg_shadow_rebuilds_verifies_and_swaps_in_v2(
     from rewind.shadow.cutline import cut_shadow
     from rewind.shadow.cutover import cutover_hard
     from rewind.shadow.lifecycle import cutover_dual_write, decommission
+    from rewind.shadow.start import start_shadow
     from rewind.shadow.status import shadow_status
     from rewind.shadow.verify import verify_shadow
     from rewind.spec import load_spec
@@ -210,12 +179,19 @@ def test_iceberg_shadow_rebuilds_verifies_and_swaps_in_v2(
     live.start()
     producer = sf.LiveProducer(conf, topic, 600, rate=10)
     producer.start()
-    # killed -9 after a micro-batch's Iceberg commit, before Spark marked the batch done: the
-    # restarted tail gets the batch again from Spark and finds its units in v2's snapshots
+    # the history into v2 here, on the warm shared Spark session (the child's cold JVM took
+    # longer over it), and one lag sample of the tail
+    first = start_shadow(settings, spec, stop=lambda _: True, sample_s=0.5)
+    assert first["state"] == "tailing" and first["replayed"] == 0, first
+    # the tail continued in a child, killed -9 after a micro-batch's Iceberg commit, before Spark
+    # marked the batch done: the restarted tail gets the batch again from Spark and finds its
+    # units in v2's snapshots
     env = shadow_env(tmp_path, noida_broker.bootstrap)
-    killed = sf.run_child(env, spec_path, tmp_path / "never", tmp_path, fault="shadow-after-batch-commit:2")
+    killed = sf.run_child(  # the limit counts from the tail's start, the child's JVM start included
+        env, spec_path, tmp_path / "never", tmp_path, fault="shadow-after-batch-commit:2", limit=300
+    )
     assert killed.returncode == -9, killed.stderr[-3000:]
-    tail = Tail(settings, spec)
+    tail = sf.Tail(settings, spec)
     tail.start()
     try:
         wait_for("caught up", lambda: tail.failed() or _caught_up(settings), timeout=300)
