@@ -16,10 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 FIRST_BITS = 8
-"""Key-hash bits of the first level: 256 cells per time bucket (64 per bucket and category)."""
-CACHE_ROWS = 4_000_000
-"""The fetched rows of the differing cells are kept for the second level and the drill-down
-when at most this many."""
+"""Key-hash bits of the first level: 256 cells per time bucket."""
 MAX_BUCKETS = 5000
 """Time buckets returned for the report (the earliest ones)."""
 MAX_CATEGORIES = 30
@@ -68,20 +65,22 @@ class CellSearch:
     def rows_that_differ(self) -> tuple[DataFrame, dict[str, Any] | None]:
         """Both sides' rows of the keys that differ (a sample of them beyond ``drill_rows``).
 
-        One more read of both sides fetches the rows of the differing cells; they are kept
-        (when at most :data:`CACHE_ROWS`), and the second level, one cell per key hash, is
-        computed on them: nothing else reads the tables again.
+        The second level reads the narrow rows (cell, key hash, row hash) of the differing
+        cells only, picked by their exact cell number, and groups them by whole key hash:
+        the keys that differ. A last pass fetches the full rows of those keys only (a hash
+        set of key hashes, then an exact broadcast semi-join), for the drill-down.
         """
         from pyspark.sql import functions as F
 
         keys = self.keys
-        n_rows = sum(n for _, n in self.first_stats.values())
-        with self.timer.step("fetch"):
-            rows = _select(self.spark, self.wide, self.differing, self.first_bits, self.rules)
-            if n_rows <= CACHE_ROWS:
-                rows = self.keep(rows)
         with self.timer.step("level 2"):
-            narrow = rows.select(*keys, "kh", "h", "side")
+            narrow = _select(
+                self.spark,
+                self.wide.select(*keys, "kh", "h", "side"),
+                self.differing,
+                self.first_bits,
+                self.rules,
+            )
             per_key = self.keep(_cells(narrow, keys, KEY_BITS))
             differing = per_key.where(_cell_differs())
             stats: Stats = {
@@ -92,11 +91,17 @@ class CellSearch:
             }
         self.levels.append(_level(2, KEY_BITS, stats))
         differing, sampled = _limit_changes(differing, stats, self.rules)
-        n_keys = sum(c for c, _ in stats.values())
-        chosen = differing.select(*keys, F.col("kb").alias("kh"))
-        if n_keys <= BROADCAST_CELLS:
-            chosen = F.broadcast(chosen)
-        return rows.join(chosen, [*keys, "kh"], "left_semi"), sampled
+        with self.timer.step("fetch"):
+            n_keys = sum(c for c, _ in stats.values())
+            chosen = differing.select(*keys, F.col("kb").alias("kh"))
+            rows = self.wide
+            if n_keys <= PREFILTER_VALUES:
+                hashes = sorted({int(row[0]) for row in chosen.select("kh").collect()})
+                rows = rows.where(_in_set("kh", hashes)) if hashes else rows.limit(0)
+            if n_keys <= BROADCAST_CELLS:
+                chosen = F.broadcast(chosen)
+            rows = rows.join(chosen, [*keys, "kh"], "left_semi")
+        return rows, sampled
 
 
 def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[str, Any]:
@@ -111,11 +116,11 @@ def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[st
 def first_bits(staging: DataFrame, rules: Rules) -> int:
     """Key-hash bits of the first level: coarse cells, so that a pass that finds nothing is cheap.
 
-    With time buckets: 256 cells per bucket (64 per bucket and category). Without: sized on
+    With time buckets: 256 cells per bucket (the category is not part of a cell). Without: sized on
     staging's row count (about 1,000 rows per cell), since all rows share one bucket.
     """
     if rules.bucket_column is not None:
-        return FIRST_BITS - (2 if rules.category else 0)
+        return FIRST_BITS
     rows = staging.count()
     return max(FIRST_BITS, min(18, math.ceil(math.log2(max(rows, 1) / 1000))))
 

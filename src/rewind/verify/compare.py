@@ -23,14 +23,14 @@ aggregates (per bucket, per cell), counts and a bounded number of sample rows.
    A cell whose counts or sums differ holds a difference: a missing or extra row changes
    the count, a changed row the sum. The report's per-bucket and per-category counts and
    checksums are these cells summed up.
-4. **Keys.** Detecting is kept apart from describing. When cells differ, one more read of
-   both sides fetches the rows of those cells only (a hash-set test per row, then an
-   exact broadcast semi-join) and keeps them; the second level groups those kept rows
-   the same way with the whole ``kh`` (one cell per key): the keys whose counts or sums
-   differ, and only their rows go on to the drill-down. No other pass reads the tables.
-   Inside the repaired window, beyond ``drill_rows`` rows of differing keys (dense
-   differences, e.g. a repaired window where every row changed), a sample of them is
-   drilled, and the report says so.
+4. **Keys.** Detecting is kept apart from describing. When cells differ, the second level
+   reads the narrow rows (cell, ``kh``, ``h``) of those cells only, picked by an exact cell
+   number in a hash set, and groups them the same way by the whole ``kh`` (one cell per
+   key): the keys whose counts or sums differ. A last pass fetches the full rows of those
+   keys only (a hash set of their ``kh``, then an exact broadcast semi-join). Inside the
+   repaired window, beyond ``drill_rows`` rows of differing keys (dense differences, e.g.
+   a repaired window where every row changed), a sample of them is drilled, and the
+   report says so.
 5. **Drill-down.** One aggregation by key (null keys included) puts each differing key's
    staging and reference values side by side, and its row counts per side; the values are
    compared column by column with the tolerances: *missing* (reference only), *extra*
@@ -69,8 +69,8 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
     ``categories``, ``bisection`` (one entry per level: the cells, then the keys) and ``seconds`` per step.
 
     Passes over the data: one when nothing differs (the first level, coarse cells). When
-    something does, one more pass fetches the rows of the differing cells; the keys that
-    differ among them, and the drill-down of their rows, work on those fetched rows.
+    something does, two more: the narrow rows of the differing cells (the keys that differ),
+    then the full rows of those keys (the drill-down).
     """
     from pyspark.sql import functions as F
 
