@@ -1,4 +1,4 @@
-"""Steps 3 and 4 of a comparison: cell checksums, then the keys that differ in the differing cells.
+"""Steps 3 and 4 of a comparison: cell checksums, decoding single-key cells, bisection.
 
 See :mod:`rewind.verify.compare` for the whole algorithm.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from rewind.verify.prepare import NULL_CATEGORY
+from rewind.verify.prepare import NULL_CATEGORY, any_of
 from rewind.verify.rules import Rules
 from rewind.verify.spark_util import Timer
 
@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 FIRST_BITS = 8
-"""Key-hash bits of the first level: 256 cells per time bucket."""
+"""Key-hash bits of the first level: 256 cells per time bucket (64 per bucket and category)."""
+CACHE_ROWS = 4_000_000
+"""The rows of the differing cells are cached for the next levels when at most this many."""
+MAX_BITS = 62
 MAX_BUCKETS = 5000
 """Time buckets returned for the report (the earliest ones)."""
 MAX_CATEGORIES = 30
@@ -28,7 +31,7 @@ Stats = dict[int, tuple[int, int]]
 
 
 class CellSearch:
-    """Steps 3 and 4: the cells, then the keys that differ in them, down to the rows to drill."""
+    """Steps 3 and 4: the cells, their decoding and bisection, down to the rows that may differ."""
 
     def __init__(self, spark: SparkSession, wide: DataFrame, rules: Rules, timer: Timer) -> None:
         self.spark, self.wide, self.rules, self.timer = spark, wide, rules, timer
@@ -37,7 +40,7 @@ class CellSearch:
         self.cached: list[DataFrame] = []
         self.first_stats: Stats = {}
         self.first_bits = 0
-        self.differing: list[dict[str, int]] = []
+        self.agg: DataFrame | None = None
 
     def keep(self, df: DataFrame) -> DataFrame:
         df = df.cache()
@@ -49,59 +52,77 @@ class CellSearch:
             df.unpersist()
 
     def first_level(self, bits: int) -> tuple[list[dict[str, Any]], dict[str, int], list[dict[str, Any]]]:
-        """One pass: per cell and side a count and hash sums, brought to the driver (cells are few)."""
         with self.timer.step("level 1"):
             narrow = self.wide.select(*self.keys, "kh", "h", "side")
-            rows = _per_side(narrow, self.keys, bits).toArrow().to_pylist()
-            cells = _side_by_side(rows)
-            buckets, totals, stats = _rollup(cells)
-            self.differing = [c for c in cells if _differs(c)]
-        with self.timer.step("categories"):
-            categories = _category_rollup(self.wide, self.rules)
+            self.agg = self.keep(_cells(narrow, self.keys, bits, None, 0, 0, moments=True))
+            buckets, totals, stats = _rollup(self.agg)  # one action; it fills the cache
+            categories = _category_rollup(self.agg, self.rules)
         self.first_bits, self.first_stats = bits, stats
         self.levels.append(_level(1, bits, stats))
         return buckets, totals, categories
 
     def rows_that_differ(self) -> tuple[DataFrame, dict[str, Any] | None]:
-        """Both sides' rows of the keys that differ (a sample of them beyond ``drill_rows``).
+        """Both sides' rows of the decoded keys and of the cells left after bisection."""
+        assert self.agg is not None
+        differing = self.agg.where(_cell_differs())
+        found: list[dict[str, Any]] = []
+        if self.levels[0]["differing_cells"] <= DECODE_CELLS:
+            with self.timer.step("decode"):
+                moments = differing.select(*self.keys, "kb", "n_s", "n_r", "d1", "d2", "d3", "d4")
+                found, rest = decode_cells(moments.toArrow().to_pylist(), self.keys)
+            stats: Stats = {}
+            for cell in rest:
+                n, held = stats.get(int(cell["w"]), (0, 0))
+                stats[int(cell["w"])] = (n + 1, held + int(cell["n_s"]) + int(cell["n_r"]))
+            self.levels[0].update(decoded_cells=len(found), undecoded_rows=sum(n for _, n in stats.values()))
+            left = _cell_frame(self.spark, rest, self.keys) if rest else None
+        else:
+            left, stats = differing, self.first_stats
+        cells: DataFrame | None = None
+        bits, n_cells, sampled = 0, 0, None
+        if left is not None:
+            cells, bits, n_cells, sampled = self.bisect(left, stats)
+        with self.timer.step("fetch"):
+            decoded = _cell_frame(self.spark, found, self.keys, sig=True) if found else None
+            inside = _select(
+                self.wide, self.keys, decoded, self.first_bits, cells, bits, n_cells, found=found
+            )
+        return inside, sampled
 
-        The second level reads the narrow rows (cell, key hash, row hash) of the differing
-        cells only, picked by their exact cell number, and groups them by whole key hash:
-        the keys that differ. A last pass fetches the full rows of those keys only (a hash
-        set of key hashes, then an exact broadcast semi-join), for the drill-down.
-        """
+    def bisect(self, differing: DataFrame, stats: Stats) -> tuple[DataFrame, int, int, dict[str, Any] | None]:
+        """Split the differing cells until their rows fit ``drill_rows`` (or splitting stops helping)."""
         from pyspark.sql import functions as F
 
-        keys = self.keys
-        with self.timer.step("level 2"):
-            narrow = _select(
-                self.spark,
-                self.wide.select(*keys, "kh", "h", "side"),
-                self.differing,
-                self.first_bits,
-                self.rules,
-            )
-            per_key = self.keep(_cells(narrow, keys, KEY_BITS))
-            differing = per_key.where(_cell_differs())
-            stats: Stats = {
-                int(row["w"]): (int(row["cells"]), int(row["rows"]))
-                for row in differing.groupBy("w")
-                .agg(F.count(F.lit(1)).alias("cells"), F.sum(F.col("n_s") + F.col("n_r")).alias("rows"))
-                .collect()
-            }
-        self.levels.append(_level(2, KEY_BITS, stats))
-        differing, sampled = _limit_changes(differing, stats, self.rules)
-        with self.timer.step("fetch"):
-            n_keys = sum(c for c, _ in stats.values())
-            chosen = differing.select(*keys, F.col("kb").alias("kh"))
-            rows = self.wide
-            if n_keys <= PREFILTER_VALUES:
-                hashes = sorted({int(row[0]) for row in chosen.select("kh").collect()})
-                rows = rows.where(_in_set("kh", hashes)) if hashes else rows.limit(0)
-            if n_keys <= BROADCAST_CELLS:
-                chosen = F.broadcast(chosen)
-            rows = rows.join(chosen, [*keys, "kh"], "left_semi")
-        return rows, sampled
+        rules, keys, bits = self.rules, self.keys, self.first_bits
+        n_cells, n_rows = sum(c for c, _ in stats.values()), sum(n for _, n in stats.values())
+        source = self.wide
+        if n_rows > rules.drill_rows:
+            # the rows of the cells to split, both sides, every column: the finer levels read
+            # them instead of the tables
+            source = _select(self.wide, keys, None, 0, differing, bits, n_cells)
+            if n_rows <= CACHE_ROWS:
+                source = self.keep(source)
+        history = [n_rows]
+        while True:
+            dense = len(history) > 1 and n_rows > history[-2] / 2
+            if n_rows <= rules.drill_rows or dense or bits >= MAX_BITS:
+                differing, sampled = _limit_changes(differing, stats, rules)
+                return differing, bits, n_cells, sampled
+            previous_bits, per_cell = bits, n_rows / max(n_cells, 1)
+            bits = min(MAX_BITS, bits + max(1, min(20, math.ceil(math.log2(max(per_cell / 2, 2))))))
+            with self.timer.step(f"level {len(self.levels) + 1}"):
+                narrow = source.select(*keys, "kh", "h", "side")
+                agg = self.keep(_cells(narrow, keys, bits, differing, previous_bits, n_cells))
+                differing = agg.where(_cell_differs())
+                stats = {
+                    int(row["w"]): (int(row["cells"]), int(row["rows"]))
+                    for row in differing.groupBy("w")
+                    .agg(F.count(F.lit(1)).alias("cells"), F.sum(F.col("n_s") + F.col("n_r")).alias("rows"))
+                    .collect()
+                }
+            self.levels.append(_level(len(self.levels) + 1, bits, stats))
+            n_cells, n_rows = self.levels[-1]["differing_cells"], self.levels[-1]["rows"]
+            history.append(n_rows)
 
 
 def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[str, Any]:
@@ -116,11 +137,11 @@ def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[st
 def first_bits(staging: DataFrame, rules: Rules) -> int:
     """Key-hash bits of the first level: coarse cells, so that a pass that finds nothing is cheap.
 
-    With time buckets: 256 cells per bucket (the category is not part of a cell). Without: sized on
+    With time buckets: 256 cells per bucket (64 per bucket and category). Without: sized on
     staging's row count (about 1,000 rows per cell), since all rows share one bucket.
     """
     if rules.bucket_column is not None:
-        return FIRST_BITS
+        return FIRST_BITS - (2 if rules.category else 0)
     rows = staging.count()
     return max(FIRST_BITS, min(18, math.ceil(math.log2(max(rows, 1) / 1000))))
 
@@ -133,107 +154,185 @@ def _in_set(expression: str, values: list[int]) -> Column:
     return F.expr(f"{expression} IN ({', '.join(str(v) for v in values)})")
 
 
-def _cell_id(bits: int, rules: Rules) -> str:
-    """A cell as one exact long (SQL): its bucket's number, window flag and key-hash bits.
-
-    Buckets are multiples of the bucket length (or all 0), so the division is exact; the
-    null bucket's number, about -2^62 / 3.6e9, leaves room for the shift.
-    """
-    return f"(tb div {rules.bucket_us}) * {1 << (bits + 1)} + w * {1 << bits} + (kh & {(1 << bits) - 1})"
-
-
 def _select(
-    spark: SparkSession, wide: DataFrame, cells: list[dict[str, int]], bits: int, rules: Rules
+    wide: DataFrame,
+    keys: list[str],
+    decoded: DataFrame | None,
+    decoded_bits: int,
+    cells: DataFrame | None,
+    cell_bits: int,
+    n_cells: int,
+    *,
+    found: list[dict[str, Any]] | None = None,
 ) -> DataFrame:
-    """The rows of ``wide`` in ``cells`` (their ``bits`` low bits of the key hash), one pass.
+    """The rows of ``wide`` of the ``decoded`` keys (cell and key signature) or in ``cells``.
 
-    Each row's cell number is looked up in a hash set (up to :data:`PREFILTER_VALUES`
-    cells) or a broadcast table of the cell numbers: exact either way.
+    One pass. A row's signature (or its cell's key-hash bits) is first looked up in a hash
+    set, which drops nearly every row cheaply; the few left are matched exactly against the
+    sets (broadcast: a semi-join for one set, two left joins and a filter for both).
     """
     from pyspark.sql import functions as F
 
-    ids = sorted({(c["tb"] // rules.bucket_us << (bits + 1)) + (c["w"] << bits) + c["kb"] for c in cells})
-    cell = F.expr(_cell_id(bits, rules))
-    if len(ids) <= PREFILTER_VALUES:
-        return wide.where(cell.isin(ids) if len(ids) < 10 else _in_set(_cell_id(bits, rules), ids))
-    table = spark.createDataFrame([(i,) for i in ids], "_cell bigint")
-    if len(ids) <= BROADCAST_CELLS:
-        table = F.broadcast(table)
-    return wide.withColumn("_cell", cell).join(table, ["_cell"], "left_semi").drop("_cell")
+    def kb(bits: int) -> Column:
+        return F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
+
+    lookups: list[tuple[DataFrame, list[str], dict[str, Column]]] = []
+    quick: list[Column] = []
+    cheap = True  # every set has a cheap test
+    if decoded is not None:
+        d = F.broadcast(decoded.select(*keys, F.col("kb").alias("_kb1"), F.col("sig").alias("_sig")))
+        lookups.append(
+            (d, [*keys, "_kb1", "_sig"], {"_kb1": kb(decoded_bits), "_sig": _signature(F.col("kh"))})
+        )
+        sigs = sorted({int(f["sig"]) for f in found or ()})
+        if found is not None and len(sigs) <= PREFILTER_VALUES:
+            quick.append(_in_set(f"pmod(kh, {P})", sigs))
+        else:
+            cheap = False
+    if cells is not None:
+        c = cells.select(*keys, F.col("kb").alias("_kb2"))
+        if n_cells <= BROADCAST_CELLS:
+            c = F.broadcast(c)
+        lookups.append((c, [*keys, "_kb2"], {"_kb2": kb(cell_bits)}))
+        if n_cells <= PREFILTER_VALUES:  # a hash of the whole cell: selective, one long per row
+            values = sorted(
+                {int(row[0]) for row in cells.select(F.xxhash64(*keys, F.col("kb"))).distinct().collect()}
+            )
+            mask = (1 << cell_bits) - 1
+            quick.append(_in_set(f"xxhash64({', '.join(keys)}, kh & {mask})", values))
+        else:
+            cheap = False
+    if not lookups:
+        return wide.limit(0)
+    df = wide.where(any_of(quick)) if quick and cheap else wide
+    helpers = [name for _, _, cols in lookups for name in cols]
+    for _, _, cols in lookups:
+        for name, value in cols.items():
+            df = df.withColumn(name, value)
+    if len(lookups) == 1:
+        table, on, _ = lookups[0]
+        return df.join(table, on, "left_semi").drop(*helpers)
+    hits = []
+    for i, (table, on, _) in enumerate(lookups):
+        df = df.join(table.withColumn(f"_hit{i}", F.lit(True)), on, "left")
+        hits.append(F.col(f"_hit{i}").isNotNull())
+    return df.where(any_of(hits)).drop(*helpers, *[f"_hit{i}" for i in range(len(lookups))])
 
 
 def cell_keys(rules: Rules) -> list[str]:
-    """What a cell is, besides its key-hash bits: window flag and time bucket."""
-    # the category is not part of a cell: grouping by a string costs far more per row than by
-    # fixed-width numbers; its counts come from an aggregation of their own
-    return ["w", "tb"]
+    """What a cell is, besides its key-hash bits: window flag, time bucket, category."""
+    return ["w", "tb", "cat"] if rules.category is not None else ["w", "tb"]
 
 
-def _per_side(narrow: DataFrame, keys: list[str], bits: int) -> DataFrame:
-    """Per cell (keys, kb) and side: row count and hash sums (two 32-bit halves, so that the
-    sums cannot overflow under ANSI SQL). The per-row work is a hash aggregate on fixed-width
-    keys with no condition per sum."""
+def _signature(kh: Column) -> Column:
+    """A key's 31-bit signature (its key hash modulo the prime :data:`P`)."""
     from pyspark.sql import functions as F
 
+    return F.pmod(kh, F.lit(P))
+
+
+def _cells(
+    narrow: DataFrame,
+    keys: list[str],
+    bits: int,
+    previous: DataFrame | None,
+    previous_bits: int,
+    previous_cells: int,
+    *,
+    moments: bool = False,
+) -> DataFrame:
+    """Per cell (keys, kb): row count and hash sums of each side; only rows of ``previous`` cells.
+
+    With ``moments``, also ``d1`` to ``d4``: the differences between the sides of the sums of
+    ``b``, ``a*b``, ``a^2*b`` and ``a^3*b`` modulo :data:`P`, where ``a`` is the key's signature
+    and ``b`` the row hash modulo ``P``: what :func:`decode_cells` needs to name the key of a
+    cell that differs by one key.
+    """
+    from pyspark.sql import functions as F
+
+    src = narrow
+    if previous is not None:
+        parents = previous.select(*keys, F.col("kb").alias("pkb"))
+        if previous_cells <= BROADCAST_CELLS:
+            parents = F.broadcast(parents)
+        src = src.withColumn("pkb", F.col("kh").bitwiseAND(F.lit((1 << previous_bits) - 1))).join(
+            parents, [*keys, "pkb"], "left_semi"
+        )
     kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
-    return narrow.groupBy(*keys, kb.alias("kb"), "side").agg(
-        F.count(F.lit(1)).alias("n"),
-        F.sum(F.shiftright(F.col("h"), 32)).alias("hi"),
-        F.sum(F.col("h").bitwiseAND(F.lit(_U32))).alias("lo"),
-    )
-
-
-def _cells(narrow: DataFrame, keys: list[str], bits: int) -> DataFrame:
-    """:func:`_per_side`, the sides put side by side (in Spark: for the many cells of the second level)."""
-    from pyspark.sql import functions as F
-
+    hi = F.shiftright(F.col("h"), 32)
+    lo = F.col("h").bitwiseAND(F.lit(_U32))
     staging, reference = F.col("side") == 0, F.col("side") == 1
 
-    def total(cond: Column, value: str) -> Column:
-        return F.coalesce(F.sum(F.when(cond, F.col(value))), F.lit(0).cast("long"))
+    def total(cond: Column, value: Column) -> Column:
+        return F.coalesce(F.sum(F.when(cond, value)), F.lit(0).cast("long"))
 
-    return (
-        _per_side(narrow, keys, bits)
-        .groupBy(*keys, "kb")
-        .agg(
-            total(staging, "n").alias("n_s"),
-            total(reference, "n").alias("n_r"),
-            total(staging, "hi").alias("hi_s"),
-            total(staging, "lo").alias("lo_s"),
-            total(reference, "hi").alias("hi_r"),
-            total(reference, "lo").alias("lo_r"),
-        )
-    )
-
-
-def _side_by_side(rows: list[dict[str, Any]]) -> list[dict[str, int]]:
-    """The first level's rows per cell and side, as one row per cell (on the driver)."""
-    cells: dict[tuple[int, int, int], dict[str, int]] = {}
-    for row in rows:
-        cell = (int(row["w"]), int(row["tb"]), int(row["kb"]))
-        out = cells.get(cell)
-        if out is None:
-            out = cells[cell] = {"w": cell[0], "tb": cell[1], "kb": cell[2], **dict.fromkeys(_SUMS, 0)}
-        suffix = "_s" if row["side"] == 0 else "_r"
-        out["n" + suffix], out["hi" + suffix], out["lo" + suffix] = (
-            int(row["n"]),
-            int(row["hi"]),
-            int(row["lo"]),
-        )
-    return list(cells.values())
+    sums = [
+        total(staging, F.lit(1).cast("long")).alias("n_s"),
+        total(reference, F.lit(1).cast("long")).alias("n_r"),
+        total(staging, hi).alias("hi_s"),
+        total(staging, lo).alias("lo_s"),
+        total(reference, hi).alias("hi_r"),
+        total(reference, lo).alias("lo_r"),
+    ]
+    if moments:
+        # per row, modulo P: a (the key's signature), m1 = h, m2 = a*m1, m3 = a*m2, m4 = a*m3; products of
+        # two numbers below 2^31 fit in a long. Reference rows count negatively (P - m), so one
+        # sum per moment holds the difference of the sides; it fits for up to 2^32 rows a cell.
+        src = src.withColumn("_a", _signature(F.col("kh"))).withColumn("_m1", F.pmod(F.col("h"), F.lit(P)))
+        for i in (2, 3, 4):
+            src = src.withColumn(f"_m{i}", F.pmod(F.col("_a") * F.col(f"_m{i - 1}"), F.lit(P)))
+        for i in (1, 2, 3, 4):
+            signed = F.when(staging, F.col(f"_m{i}")).otherwise(F.lit(P) - F.col(f"_m{i}"))
+            sums.append(F.coalesce(F.sum(signed), F.lit(0).cast("long")).alias(f"d{i}"))
+    return src.groupBy(*keys, kb.alias("kb")).agg(*sums)
 
 
-_SUMS = ("n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r")
-
-
-def _differs(cell: dict[str, int]) -> bool:
-    return cell["n_s"] != cell["n_r"] or cell["hi_s"] != cell["hi_r"] or cell["lo_s"] != cell["lo_r"]
-
-
+P = 2_147_483_647
+"""The prime 2^31 - 1: moments are sums modulo P."""
+DECODE_CELLS = 200_000
+"""Differing cells up to this many are brought to the driver and decoded."""
 PREFILTER_VALUES = 50_000
-"""Up to this many cell hashes also filter the fetch pass as a hash set."""
-KEY_BITS = 64
-"""The second level's cells are whole key hashes: one cell per key (and window flag, bucket, category)."""
+"""Up to this many signatures (or cell hashes) also filter the fetch pass as a hash set."""
+
+
+def decode_cells(
+    rows: list[dict[str, Any]], keys: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Name the one key that makes each cell differ, where there is one; return (found, rest).
+
+    In a cell whose staging and reference rows differ only by the rows of one key (a changed
+    row, a missing or an extra one, duplicates of it), every row of that key has the same
+    signature ``a``, so the moment differences are ``d1 = D``, ``d2 = a*D``, ``d3 = a^2*D``
+    and ``d4 = a^3*D`` (modulo P) for some ``D``: ``a = d2 / d1``, confirmed by ``d3 = a*d2``
+    and ``d4 = a*d3``. A cell where several keys differ passes both checks with a chance of
+    about 2^-62 (the same order as two different rows having equal 64-bit hashes, which
+    every checksum comparison accepts); it fails them otherwise and is left in ``rest`` for
+    bisection, as is a cell with ``d1 = 0``.
+
+    ``found`` rows are the cell (``keys``, ``kb``) and the key's signature ``sig``; ``rest``
+    rows the cell and its counts.
+    """
+    found, rest = [], []
+    for row in rows:
+        d1, d2, d3, d4 = (int(row[f"d{i}"]) % P for i in (1, 2, 3, 4))
+        cell = {**{k: row[k] for k in keys}, "kb": row["kb"]}
+        if d1:
+            a = d2 * pow(d1, P - 2, P) % P
+            if (a * d2 - d3) % P == 0 and (a * d3 - d4) % P == 0:
+                found.append({**cell, "sig": a})
+                continue
+        rest.append({**cell, "n_s": int(row["n_s"]), "n_r": int(row["n_r"])})
+    return found, rest
+
+
+def _cell_frame(
+    spark: SparkSession, rows: list[dict[str, Any]], keys: list[str], *, sig: bool = False
+) -> DataFrame:
+    """Cells (from the driver) as a small DataFrame to join on."""
+    types = {"w": "int", "tb": "bigint", "cat": "string", "kb": "bigint", "sig": "bigint"}
+    names = [*keys, "kb", *(["sig"] if sig else [])]
+    schema = ", ".join(f"{n} {types[n]}" for n in names)
+    return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
 
 
 def _cell_differs() -> Column:
@@ -249,28 +348,49 @@ def checksum(hi: int, lo: int) -> str:
     return f"{((hi << 32) + lo) & _U64:016x}"
 
 
-def _rollup(cells: list[dict[str, int]]) -> tuple[list[dict[str, Any]], dict[str, int], Stats]:
+def _rollup(agg: DataFrame) -> tuple[list[dict[str, Any]], dict[str, int], dict[int, tuple[int, int]]]:
     """Per time bucket: counts and checksums of both sides, cells and differing cells.
 
     Also returns, per window flag, the differing cells and the rows they hold.
     """
-    stats: Stats = {}
+    from pyspark.sql import functions as F
+
+    differs = F.when(_cell_differs(), F.lit(1)).otherwise(F.lit(0))
+    differing_rows = F.when(_cell_differs(), F.col("n_s") + F.col("n_r")).otherwise(F.lit(0))
+    rows = (
+        agg.groupBy("tb", "w")
+        .agg(
+            F.sum("n_s").alias("n_s"),
+            F.sum("n_r").alias("n_r"),
+            F.sum("hi_s").alias("hi_s"),
+            F.sum("lo_s").alias("lo_s"),
+            F.sum("hi_r").alias("hi_r"),
+            F.sum("lo_r").alias("lo_r"),
+            F.count(F.lit(1)).alias("cells"),
+            F.sum(differs).alias("differing_cells"),
+            F.sum(differing_rows).alias("differing_rows"),
+        )
+        .collect()
+    )
+    stats: dict[int, tuple[int, int]] = {}
+    for row in rows:
+        if row["differing_cells"]:
+            cells, held = stats.get(int(row["w"]), (0, 0))
+            stats[int(row["w"])] = (cells + int(row["differing_cells"]), held + int(row["differing_rows"]))
     merged: dict[int, dict[str, int]] = {}
     totals = {"staging": 0, "reference": 0, "staging_in_window": 0, "reference_in_window": 0}
-    for c in cells:
-        m = merged.setdefault(c["tb"], dict.fromkeys((*_SUMS, "cells", "differing_cells"), 0))
-        for k in _SUMS:
-            m[k] += c[k]
-        m["cells"] += 1
-        if _differs(c):
-            m["differing_cells"] += 1
-            n, held = stats.get(c["w"], (0, 0))
-            stats[c["w"]] = (n + 1, held + c["n_s"] + c["n_r"])
-        totals["staging"] += c["n_s"]
-        totals["reference"] += c["n_r"]
-        if c["w"] == 1:
-            totals["staging_in_window"] += c["n_s"]
-            totals["reference_in_window"] += c["n_r"]
+    for row in rows:
+        d = row.asDict()
+        m = merged.setdefault(int(d["tb"]), dict.fromkeys(("n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r"), 0))
+        for k in ("n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r"):
+            m[k] += int(d[k])
+        m["cells"] = m.get("cells", 0) + int(d["cells"])
+        m["differing_cells"] = m.get("differing_cells", 0) + int(d["differing_cells"])
+        totals["staging"] += int(d["n_s"])
+        totals["reference"] += int(d["n_r"])
+        if d["w"] == 1:
+            totals["staging_in_window"] += int(d["n_s"])
+            totals["reference_in_window"] += int(d["n_r"])
     out = []
     for tb, m in sorted(merged.items())[:MAX_BUCKETS]:
         out.append(
@@ -288,19 +408,15 @@ def _rollup(cells: list[dict[str, int]]) -> tuple[list[dict[str, Any]], dict[str
     return out, totals, stats
 
 
-def _category_rollup(wide: DataFrame, rules: Rules) -> list[dict[str, Any]]:
-    """Rows of each side per category value (the largest ones): a pass reading the category
-    column (and the scope's) only."""
+def _category_rollup(agg: DataFrame, rules: Rules) -> list[dict[str, Any]]:
+    """Rows of each side per category value (the largest ones), from the cells."""
     from pyspark.sql import functions as F
 
     if rules.category is None:
         return []
     rows = (
-        wide.groupBy("cat")
-        .agg(
-            F.sum(F.when(F.col("side") == 0, 1).otherwise(0)).alias("n_s"),
-            F.sum(F.when(F.col("side") == 1, 1).otherwise(0)).alias("n_r"),
-        )
+        agg.groupBy("cat")
+        .agg(F.sum("n_s").alias("n_s"), F.sum("n_r").alias("n_r"))
         .orderBy(F.desc(F.col("n_s") + F.col("n_r")), "cat")
         .limit(MAX_CATEGORIES + 1)
         .collect()
