@@ -23,14 +23,15 @@ from typing import Any
 from rewind.errors import RewindError
 from rewind.shadow.cutline import cut_shadow
 from rewind.shadow.cutover import cutover_hard
+from rewind.shadow.start import start_shadow
 from rewind.shadow.status import shadow_status
 from rewind.shadow.verify import verify_shadow
 from tests import shadow_fixtures as sf
 from tests.brokers import TestBroker
-from tests.shadow_fixtures import ROOT, prepared, refused, rewind, shadow_env
+from tests.shadow_fixtures import ROOT, prepared, refused, shadow_env
 
 NAME = "shadow-hard"
-SHADOW = {"lag_threshold": 100, "caught_up_for_s": 2, "settle_s": 5, "verify_passes": 2, "rewind_by": 5}
+SHADOW = {"lag_threshold": 100, "caught_up_for_s": 2, "settle_s": 10, "verify_passes": 2, "rewind_by": 5}
 
 
 def wait_for(what: str, check: Any, timeout: float = 120) -> Any:
@@ -78,29 +79,40 @@ def start_tail(env: dict[str, str], spec: Path, cwd: Path) -> subprocess.Popen[s
     )
 
 
+def stop_tail(tail: subprocess.Popen[str]) -> None:
+    tail.send_signal(signal.SIGINT)
+    try:
+        tail.wait(60)
+    except subprocess.TimeoutExpired:
+        tail.kill()
+        tail.wait(30)
+
+
 def test_hard_cutover_swaps_in_a_v2_equal_to_a_clean_recomputation(
     noida_broker: TestBroker, spark: Any, tmp_path: Path
 ) -> None:
-    settings, conf, topic, db, spec = prepared(noida_broker, spark, tmp_path, NAME, SHADOW)
+    settings, conf, topic, db, spec_path = prepared(noida_broker, spark, tmp_path, NAME, SHADOW)
     env = shadow_env(tmp_path, noida_broker.bootstrap)
     group = f"live-{topic}"
     from rewind.spec import load_spec
 
-    sf.create_v1(settings, load_spec(spec), db, "orders")
+    spec = load_spec(spec_path)
+    sf.create_v1(settings, spec, db, "orders")
     live = sf.LiveConsumer(conf, topic, group, db, "orders")
     live.start()
     producer = sf.LiveProducer(conf, topic, 600, rate=20)
     producer.start()
     tail = None
     try:
-        # history, then a tail of about one sample: measured for less than caught_up_for_s
-        first = rewind(env, tmp_path, "shadow", "start", str(spec), "--for", "0.1", "--json")
-        assert first.returncode == 0, first.stderr[-3000:]
+        # history, then a tail of one sample: measured for less than caught_up_for_s; here, on
+        # the warm shared Spark session (the CLI's process would start a JVM for it)
+        first = start_shadow(settings, spec, stop=lambda _: True, sample_s=0.5)
+        assert first["state"] == "tailing" and first["caught_up"] is False, first
         before = state(settings)
         refused(lambda: cutover_hard(settings, NAME), "not caught up", "nothing was changed")
         assert state(settings) == before
 
-        tail = start_tail(env, spec, tmp_path)
+        tail = start_tail(env, spec_path, tmp_path)  # the same shadow continued by the CLI
         try:
             wait_for("caught up", lambda: shadow_status(settings, NAME)["caught_up"])
         except AssertionError:
@@ -129,12 +141,7 @@ def test_hard_cutover_swaps_in_a_v2_equal_to_a_clean_recomputation(
     # the live group is inactive; the tail catches up to the log end, then stops
     wait_for("v2 at the log end", lambda: shadow_status(settings, NAME)["max_lag"] == 0)
     assert tail is not None
-    tail.send_signal(signal.SIGINT)
-    try:
-        tail.wait(60)
-    except subprocess.TimeoutExpired:
-        tail.kill()
-        tail.wait(30)
+    stop_tail(tail)
 
     cut = cut_shadow(settings, NAME)
     assert cut["holds"] is True
@@ -189,7 +196,7 @@ def test_refusals_name_what_to_do(tmp_path: Path) -> None:
     refused(lambda: cutover_hard(settings, "nope"), "nope", "rewind shadow start")
 
 
-MONITORING_S = 12  # the refusal right after the repoint falls inside it even on a loaded machine
+MONITORING_S = 8  # the refusal right after the repoint falls inside it even on a loaded machine
 DUAL = {**SHADOW, "verify_passes": 1, "monitoring_s": MONITORING_S}
 
 
@@ -201,15 +208,18 @@ def test_dual_write_then_repoint_then_decommission_while_orders_keep_coming(
     from rewind.spec import load_spec
 
     name = "shadow-dual"
-    settings, conf, topic, db, spec = prepared(noida_broker, spark, tmp_path, name, DUAL)
+    settings, conf, topic, db, spec_path = prepared(noida_broker, spark, tmp_path, name, DUAL)
     env = shadow_env(tmp_path, noida_broker.bootstrap)
     group = f"live-{topic}"
-    sf.create_v1(settings, load_spec(spec), db, "orders")
+    spec = load_spec(spec_path)
+    sf.create_v1(settings, spec, db, "orders")
     live = sf.LiveConsumer(conf, topic, group, db, "orders")
     live.start()
     producer = sf.LiveProducer(conf, topic, 600, rate=20)
     producer.start()
-    tail = start_tail(env, spec, tmp_path)
+    # the history here, on the warm shared Spark session; the CLI's process only tails
+    assert start_shadow(settings, spec, stop=lambda _: True, sample_s=0.5)["state"] == "tailing"
+    tail = start_tail(env, spec_path, tmp_path)
     try:
         wait_for("caught up", lambda: shadow_status(settings, name)["caught_up"], timeout=180)
         assert verify_shadow(settings, name)["go"] is True
@@ -223,12 +233,7 @@ def test_dual_write_then_repoint_then_decommission_while_orders_keep_coming(
         live.halt.set()
         raise
     finally:
-        tail.send_signal(signal.SIGINT)
-        try:
-            tail.wait(60)
-        except subprocess.TimeoutExpired:
-            tail.kill()
-            tail.wait(30)
+        stop_tail(tail)
     try:
         published = cutover_dual_write(settings, name)
         assert published["state"] == "dual-write" and published["v1"].endswith("orders")
@@ -245,7 +250,8 @@ def test_dual_write_then_repoint_then_decommission_while_orders_keep_coming(
         assert done["state"] == "repointed"
         refused(lambda: decommission(settings, name), "monitored until", "nothing was dropped")
         assert writer.tables()[0] == [published["v1"]]  # the swapped table, which is v2
-        time.sleep(2)
+        applied = live.applied
+        wait_for("dual writes into the swapped table", lambda: live.applied >= applied + 20)
     finally:
         last = producer.stop()
     expected = sf.expected_rows(conf, topic)
