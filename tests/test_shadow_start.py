@@ -12,6 +12,7 @@ the data is small.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,9 @@ def test_a_shadow_killed_in_history_and_in_its_tail_continues_with_no_gap_and_no
     assert result["replayed"] == 1, "the batch committed before the kill is replayed by Spark and skipped"
     assert result["max_lag"] == 0 and result["caught_up"] is True
 
+    # the status below must come later than caught_up_for_s (1 s) after the last sample; a CLI
+    # process started right away can start within it on a quiet machine
+    time.sleep(1.5)
     shown = rewind(env, tmp_path, "shadow", "status", "shadow-kill", "--json")
     assert shown.returncode == 0, shown.stderr[-3000:]
     status = json.loads(shown.stdout)
