@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -53,16 +54,39 @@ def broker() -> Iterator[str]:
         return
     from rewind.embedded.broker import BrokerProcess
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     state = Path(tempfile.mkdtemp(prefix="rewind-bench-"))
-    proc = BrokerProcess("127.0.0.1", port, state / "broker.pid", state / "broker.log")
+    proc = BrokerProcess("127.0.0.1", _free_port(), state / "broker.pid", state / "broker.log")
     proc.start(timeout_s=30)
     try:
         yield proc.address
     finally:
         proc.stop()
+
+
+@contextmanager
+def noida() -> Iterator[str]:
+    """REWIND_BENCH_BOOTSTRAP, or a fresh noida-db Kafka service on a free port (transactions
+    whose aborted records read_committed hides, which tansu lacks)."""
+    external = os.environ.get("REWIND_BENCH_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    from tests.brokers import NoidaProcess
+
+    state = Path(tempfile.mkdtemp(prefix="rewind-bench-noida-"))
+    proc = NoidaProcess("127.0.0.1", _free_port(), state)
+    proc.start(timeout_s=60)
+    try:
+        yield proc.address
+    finally:
+        proc.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -16,16 +16,13 @@ repeat, the medians, b/a, and the load average before and after. Usage:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,29 +30,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from common import bare_produce, create_topic, machine, stamp  # noqa: E402
-
-
-@contextlib.contextmanager
-def noida() -> Iterator[str]:
-    """REWIND_BENCH_BOOTSTRAP, or a fresh noida-db Kafka service on a free port."""
-    external = os.environ.get("REWIND_BENCH_BOOTSTRAP")
-    if external:
-        yield external
-        return
-    from tests.brokers import NoidaProcess
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    state = Path(tempfile.mkdtemp(prefix="rewind-bench-noida-"))
-    proc = NoidaProcess("127.0.0.1", port, state)
-    proc.start(timeout_s=60)
-    try:
-        yield proc.address
-    finally:
-        proc.stop()
-        shutil.rmtree(state, ignore_errors=True)
+from common import bare_produce, create_topic, machine, noida, stamp  # noqa: E402
 
 
 def main() -> None:
