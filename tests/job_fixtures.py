@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,6 +278,38 @@ def child_env(settings: Any, **extra: str) -> dict[str, str]:
         **extra,
     )
     return env
+
+
+DRIVER = """
+import json, sys
+from rewind.config import load_settings
+from rewind.job.service import resume_job, run_job
+from rewind.spec import load_spec
+
+action, target, per_wave = sys.argv[1], sys.argv[2], int(sys.argv[3])
+settings = load_settings()
+if action == "run":
+    out = run_job(settings, load_spec(target), units_per_wave=per_wave)
+else:
+    out = resume_job(settings, target, units_per_wave=per_wave)
+print(json.dumps(out.to_dict()))
+"""
+"""A child driver for kill tests: ``run SPEC N`` or ``resume RUN_ID N`` (N units per wave);
+prints the outcome as JSON."""
+
+
+def run_driver(
+    cwd: Path, env: dict[str, str], action: str, target: str, units_per_wave: int = 2
+) -> subprocess.CompletedProcess[str]:
+    """Run :data:`DRIVER` in a child process (a fault in ``env`` may SIGKILL it: rc -9)."""
+    return subprocess.run(
+        [sys.executable, "-c", DRIVER, action, target, str(units_per_wave)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def breaks_contract_late(events: pd.DataFrame) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -35,21 +34,6 @@ RECORDS = 2400
 UNIT_RECORDS = 300  # 8 units; the driver runs 2 per wave, so 4 waves
 RATE = 500.0  # records/s: a wave reads 600 records in >1 s, so a timed kill lands inside it
 VOLATILE = ("_rewind_extracted_at", "_rewind_run_id")
-
-DRIVER = """
-import json, sys
-from rewind.config import load_settings
-from rewind.job.service import resume_job, run_job
-from rewind.spec import load_spec
-
-settings = load_settings()
-if sys.argv[1] == "run":
-    out = run_job(settings, load_spec(sys.argv[2]), units_per_wave=2)
-else:
-    out = resume_job(settings, sys.argv[2], units_per_wave=2)
-print(json.dumps(out.to_dict()))
-"""
-
 
 @dataclass
 class World:
@@ -97,19 +81,11 @@ def world(tmp_path_factory: pytest.TempPathFactory, bootstrap: str, spark: Any) 
     return w
 
 
-def _child(world: World, args: list[str], fault: str | None = None, delay: float | None = None) -> Any:
-    extra = {}
-    if fault:
-        extra["REWIND_FAULT"] = fault
+def _driver(world: World, fault: str, action: str, target: str, delay: float | None = None) -> None:
+    extra = {"REWIND_FAULT": fault}
     if delay is not None:
         extra["REWIND_FAULT_DELAY"] = str(delay)
-    return subprocess.run(
-        args, cwd=world.tmp, env=world.env(**extra), capture_output=True, text=True, timeout=300
-    )
-
-
-def _driver(world: World, fault: str, *args: str, delay: float | None = None) -> None:
-    proc = _child(world, [sys.executable, "-c", DRIVER, *args], fault, delay)
+    proc = jf.run_driver(world.tmp, world.env(**extra), action, target, units_per_wave=2)
     assert proc.returncode == -9, f"{fault}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
 
 
@@ -362,7 +338,6 @@ def test_a_killed_runs_lease_shows_it_possibly_dead_and_resume_takes_over_at_onc
     """A process on this host that died (kill -9) holding an unexpired lease: the run is shown
     possibly-dead with that pid, and resume takes it over without waiting for the expiry."""
     import socket
-    import subprocess
 
     from rewind.job.components import make_sink
     from rewind.job.runner import start_run

@@ -13,7 +13,6 @@ shows them, see docs/embedded-broker.md).
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -28,25 +27,8 @@ from tests.kafka_util import create_topic
 ACCOUNTS = rf.accounts(3000)
 RATE = 600.0  # rows/s: a wave of 2 units of 500 rows takes ~1.7 s, so a timed kill lands inside it
 
-DRIVER = """
-import json, sys
-from rewind.config import load_settings
-from rewind.job.service import resume_job, run_job
-from rewind.spec import load_spec
-
-settings = load_settings()
-if sys.argv[1] == "run":
-    out = run_job(settings, load_spec(sys.argv[2]), units_per_wave=2)
-else:
-    out = resume_job(settings, sys.argv[2], units_per_wave=2)
-print(json.dumps(out.to_dict()))
-"""
-
-
-def _child(tmp: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", DRIVER, *args], cwd=tmp, env=env, capture_output=True, text=True, timeout=300
-    )
+def _child(tmp: Path, env: dict[str, str], action: str, target: str) -> subprocess.CompletedProcess[str]:
+    return jf.run_driver(tmp, env, action, target, units_per_wave=2)
 
 
 def test_a_killed_re_produce_resumes_to_exactly_the_selected_entities_once(

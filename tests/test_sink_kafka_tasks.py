@@ -20,8 +20,6 @@ hides aborted records (noida-db): elsewhere the driver produces, and test_sink_k
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,17 +32,6 @@ from tests.kafka_util import create_topic, produce
 
 BASE_MS = 1_760_000_000_000
 N = 800
-
-DRIVER = """
-import json, sys
-from rewind.config import load_settings
-from rewind.job.service import run_job
-from rewind.spec import load_spec
-
-out = run_job(load_settings(), load_spec(sys.argv[1]), units_per_wave=3)
-print(json.dumps(out.to_dict()))
-"""
-
 
 def _spec(src: str, target: str) -> dict[str, Any]:
     return {
@@ -97,14 +84,7 @@ def test_task_produced_units_survive_a_killed_task_and_a_killed_driver(
         REWIND_FAULT_ONCE=str(tmp_path / "fired"),
         REWIND_SPARK_MASTER="local[2,2]",  # Spark retries a failed task once
     )
-    killed = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    killed = jf.run_driver(tmp_path, env, "run", str(path), units_per_wave=3)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert (tmp_path / "fired.reproduce-before-end").exists()  # the task was killed (and retried)
     with Ledger.open(settings.ledger) as ledger:

@@ -8,8 +8,6 @@ through the driver path, with each unit and each quarantined record once.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -112,16 +110,6 @@ RECORDS = 600
 UNIT_RECORDS = 150  # 4 units, 2 per wave
 RATE = 300.0  # a wave reads 300 records in > 1 s: the kill 0.5 s into the second lands before its loads
 
-DRIVER = """
-import sys
-from rewind.config import load_settings
-from rewind.job.service import run_job
-from rewind.spec import load_spec
-
-run_job(load_settings(), load_spec(sys.argv[1]), units_per_wave=2)
-"""
-
-
 def test_killed_driver_and_failed_task_then_resume_equal_a_clean_run(
     tmp_path: Path, pg_url: str, bootstrap: str, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,14 +147,7 @@ def test_killed_driver_and_failed_task_then_resume_equal_a_clean_run(
     # 1. the driver killed in the middle of the second wave
     path = jf.write_spec(tmp_path / "spec.yaml", spec("faulty", guards={"max_records_per_second": RATE}))
     env = jf.child_env(settings, REWIND_FAULT="mid-wave:2", REWIND_FAULT_DELAY="0.5")
-    killed = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    killed = jf.run_driver(tmp_path, env, "run", str(path), units_per_wave=2)
     assert killed.returncode == -9, killed.stderr[-3000:]
     with open_ledger(settings) as ledger:
         (run,) = [r for r in ledger.list_runs(5) if r.id != reference.run_id]
