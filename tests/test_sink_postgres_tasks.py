@@ -17,10 +17,11 @@ import psycopg
 import pytest
 
 from rewind import faults
+from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
 from rewind.core.parquet import write_parquet
 from rewind.sinks.sql.encoding import uri_path
 from rewind.sinks.sql.sink import SqlSink, SqlStaging
-from rewind.sinks.sql.task_load import QUARANTINE_FILES, TaskLoader, task_loader
+from rewind.sinks.sql.task_load import TaskLoader, task_loader
 from tests import job_fixtures as jf
 from tests.test_sink_postgres import SCHEMA, rows
 

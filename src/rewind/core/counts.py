@@ -21,6 +21,10 @@ from rewind.errors import RewindError
 UNIT_COUNTS_KEY = "rewind.unit-counts"
 """Where a sink's commit records ``{unit id: counts.to_dict()}`` as JSON (a key of ``extra``)."""
 
+QUARANTINE_FILES_KEY = "quarantine_files"
+"""The key of a task-loaded unit's quarantine files in the counts its sink records and its
+loader returns (``StageContext.unit_loader``: the Kafka and PostgreSQL task loaders)."""
+
 MAX_REASON_KEYS = 100
 """Distinct reason labels kept in :attr:`RecordCounts.reasons`; the rest add up under
 :data:`OTHER_REASONS` (rejection reasons written by users can be unbounded)."""

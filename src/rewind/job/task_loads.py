@@ -41,8 +41,8 @@ def reconcile_quarantine(
 ) -> None:
     """Commit the quarantine files of task-loaded units whose quarantine commit did not happen
     (``run``: the runner's context, its quarantine table and the units committed to it)."""
+    from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
     from rewind.sinks.sql.sink import SqlSink
-    from rewind.sinks.sql.task_load import QUARANTINE_FILES
 
     if not isinstance(sink, SqlSink):
         return

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.arrow import schema_from_b64
-from rewind.core.counts import RecordCounts
+from rewind.core.counts import QUARANTINE_FILES_KEY, RecordCounts
 from rewind.core.parquet import open_writer
 from rewind.core.store import WarehouseStore, active_store
 from rewind.core.units import WorkUnit
@@ -211,7 +211,7 @@ class ProcessUnits:
                 recorded, _ = self.ctx.unit_loader.load(
                     done.unit_id, done.data_files, done.quarantine_files, done.counts.to_dict()
                 )
-                done = UnitOutput(done.unit_id, [], list(recorded.get("quarantine_files") or []))
+                done = UnitOutput(done.unit_id, [], list(recorded.get(QUARANTINE_FILES_KEY) or []))
                 done.counts = RecordCounts.from_dict(recorded)
             clock.add("write", time.perf_counter() - t0)
             rows.append(

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
 from rewind.sinks.kafka.bookkeeping import KafkaStaging
 from rewind.sinks.kafka.commit_writer import remove_file
 from rewind.sinks.kafka.unit_writer import UnitWriter
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
     from rewind.spark.pace_server import PaceAddress
 
 _BATCH_ROWS = 20_000
-QUARANTINE_FILES = "quarantine_files"
-"""The key of a unit's quarantine files in the counts :meth:`KafkaTaskLoader.load` returns."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
 from rewind.secrets import mask_url
 from rewind.sinks.sql.backend import STAGINGS_TABLE, UNITS_TABLE, Mode, Tx
 from rewind.sinks.sql.checks import check_staging
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-QUARANTINE_FILES = "quarantine_files"
-"""The key of a task-loaded unit's quarantine files in its recorded counts."""
 
 _ATTEMPTS = 5
 _NO_DIRECT: set[str] = set()
