@@ -11,6 +11,7 @@ its files and its counts. Nothing is visible until the driver commits the files
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -254,12 +255,15 @@ def run_wave(
     A unit that yields no result row had no records in its range (all gaps): Spark fails
     the whole job if any task fails, so a finished job has read every unit completely.
     """
-    source = wave_source(spark, ctx, read_archive)
-    if source is None:
-        return {u.id: UnitOutput(u.id) for u in ctx.units}
-    process: Any = ProcessUnits(ctx)  # a callable object; Spark's stubs want a function
+    results_df = _fetched_in_tasks(spark, ctx)
+    if results_df is None:
+        source = wave_source(spark, ctx, read_archive)
+        if source is None:
+            return {u.id: UnitOutput(u.id) for u in ctx.units}
+        process: Any = ProcessUnits(ctx)  # a callable object; Spark's stubs want a function
+        results_df = source.mapInArrow(process, RESULT_SCHEMA)
     try:
-        results = source.mapInArrow(process, RESULT_SCHEMA).collect()
+        results = results_df.collect()
     except Exception as exc:
         if isinstance(exc, RewindError):
             raise
@@ -280,6 +284,69 @@ def run_wave(
     return outputs
 
 
+def reader_options(ctx: StageContext) -> dict[str, str]:
+    """The ``rewind-kafka`` reader's options for a wave's Kafka units."""
+    kafka_units = [u for u in ctx.units if u.source == "kafka"]
+    options = {"ranges": json.dumps([r.to_dict() for r in read_ranges(kafka_units, ctx.whole_partitions)])}
+    for key, value in ctx.kafka_conf.items():
+        options[f"kafka.{key}"] = str(value)
+    options["rangesPerTask"] = str(ctx.ranges_per_task)
+    if ctx.max_records_per_second:
+        options["maxRecordsPerSecond"] = str(ctx.max_records_per_second)
+        options["rateLimitId"] = ctx.rate_limit_id or ctx.run_id
+        if ctx.pace is not None:
+            options[PACE_OPTION] = ctx.pace.to_json()
+    if ctx.progress is not None and not ctx.whole_partitions:
+        options[PROGRESS_OPTION] = ctx.progress.to_json()
+    return options
+
+
+def _fetched_in_tasks(spark: SparkSession, ctx: StageContext) -> DataFrame | None:
+    """The wave's result rows when its tasks read their Kafka units themselves
+    (:class:`FetchAndProcess`), or None: the wave holds archive units (read by Spark, then
+    handed to the tasks), or ``REWIND_WAVE_READ=reader`` asks for the ``rewind-kafka`` reader
+    + ``mapInArrow`` path (kept to compare the two in ``bench/job_profile.py``)."""
+    if not ctx.units or any(u.source != "kafka" for u in ctx.units):
+        return None
+    if os.environ.get("REWIND_WAVE_READ", "tasks") == "reader":
+        return None
+    from rewind.spark.kafka_source import KafkaBatchReader, RangesPartition
+
+    options = reader_options(ctx)
+    # the reader's own grouping into tasks (distinct partitions per task, layer by layer)
+    tasks = [[r.to_dict() for r in p.ranges] for p in KafkaBatchReader(options).partitions()
+             if isinstance(p, RangesPartition)]
+    if not tasks:
+        return None
+    fetch: Any = FetchAndProcess(ctx, options, tasks)  # a callable object; Spark's stubs want a function
+    return spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(fetch, RESULT_SCHEMA)
+
+
+class FetchAndProcess:
+    """The ``mapInArrow`` function of a wave of Kafka units read inside its tasks: task ids in,
+    one result row per unit out.
+
+    Each id names one task's ranges; the task reads them with the ``rewind-kafka`` reader's own
+    ``read`` (its fetch loop, rate limit and progress reports) and hands the batches straight to
+    :class:`ProcessUnits`. The records never cross into the JVM and back, which the reader +
+    ``mapInArrow`` path pays per record twice (Arrow to Spark rows and back) on top of a second
+    Python worker per task (see ``bench/RESULTS.md``, "#18.1").
+    """
+
+    def __init__(self, ctx: StageContext, options: dict[str, str], tasks: list[list[dict[str, Any]]]) -> None:
+        self.ctx, self.options, self.tasks = ctx, options, tasks
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from rewind.core.ranges import OffsetRange
+        from rewind.spark.kafka_source import KafkaBatchReader, RangesPartition
+
+        reader = KafkaBatchReader(self.options)
+        for batch in batches:
+            for task_id in batch.column(0).to_pylist():
+                ranges = [OffsetRange.from_dict(d) for d in self.tasks[task_id]]
+                yield from ProcessUnits(self.ctx)(reader.read(RangesPartition(ranges)))
+
+
 def wave_source(
     spark: SparkSession, ctx: StageContext, read_archive: ArchiveReader | None
 ) -> DataFrame | None:
@@ -287,18 +354,7 @@ def wave_source(
     the archive's through ``read_archive``; None when the wave has no unit to read."""
     kafka_units = [u for u in ctx.units if u.source == "kafka"]
     archive_units = [u for u in ctx.units if u.source == "archive"]
-    ranges = json.dumps([r.to_dict() for r in read_ranges(kafka_units, ctx.whole_partitions)])
-    reader = spark.read.format("rewind-kafka").option("ranges", ranges)
-    for key, value in ctx.kafka_conf.items():
-        reader = reader.option(f"kafka.{key}", str(value))
-    reader = reader.option("rangesPerTask", str(ctx.ranges_per_task))
-    if ctx.max_records_per_second:
-        reader = reader.option("maxRecordsPerSecond", str(ctx.max_records_per_second))
-        reader = reader.option("rateLimitId", ctx.rate_limit_id or ctx.run_id)
-        if ctx.pace is not None:
-            reader = reader.option(PACE_OPTION, ctx.pace.to_json())
-    if ctx.progress is not None and not ctx.whole_partitions:
-        reader = reader.option(PROGRESS_OPTION, ctx.progress.to_json())
+    reader = spark.read.format("rewind-kafka").options(**reader_options(ctx))
     frames = [reader.load()] if kafka_units else []
     if archive_units:
         # history below the log start: read from the lake archive in Kafka's schema; an
