@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 RDKAFKA_LOGGER = logging.getLogger("rewind.librdkafka")
 
 
+CLIENT_DEFAULTS: dict[str, Any] = {"reconnect.backoff.ms": 10}
+"""Under every client's own settings. librdkafka connects to a broker it has just learned from
+metadata no sooner than half of ``reconnect.backoff.ms`` (default 100) after its last
+connection: ~50 ms of every new client's first request (a watermark look-up, a bookkeeping
+read, a re-produce unit's producer id), measured on loopback. A lost connection still backs
+off exponentially, up to ``reconnect.backoff.max.ms``."""
+
+
 def _with_logger(conf: dict[str, Any]) -> dict[str, Any]:
     return {"logger": RDKAFKA_LOGGER, **conf}
 
@@ -29,7 +37,7 @@ def _build(kind: type[Any], conf: dict[str, Any]) -> Any:
     from confluent_kafka import KafkaException
 
     try:
-        return kind(conf)
+        return kind({**CLIENT_DEFAULTS, **conf})
     except (KafkaException, ValueError, TypeError) as exc:
         detail = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
         raise ConfigError(

@@ -67,6 +67,7 @@ class CommitWriter:
             error=KafkaSinkError,
             call_timeout_s=TXN_CALL_TIMEOUT_S,
             keep_failures=3,
+            topic=staging.topic,
         )
 
     @property

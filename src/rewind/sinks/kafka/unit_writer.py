@@ -125,6 +125,7 @@ class UnitSession:
             error=KafkaSinkError,
             call_timeout_s=TXN_CALL_TIMEOUT_S,
             keep_failures=3,
+            topic=self.staging.topic,
         )
         try:
             self._txn.open()  # 1. fences an earlier attempt of this unit
