@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -25,6 +26,13 @@ def java_version() -> tuple[int, str]:
     java = java_executable()
     if java is None:
         raise RewindError(f"Java not found; {INSTALL_HINT}")
+    return _version_of(java)
+
+
+@functools.lru_cache(maxsize=8)
+def _version_of(java: str) -> tuple[int, str]:
+    """Once per executable and process: ``java -version`` starts a JVM (~0.1 s, more under load),
+    and :func:`rewind.spark.session` checks on every call, a few times per run."""
     out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
     line = (out.stderr or out.stdout).splitlines()[0] if (out.stderr or out.stdout) else ""
     match = re.search(r'version "(\d+)(?:\.(\d+))?', line)
