@@ -114,6 +114,7 @@ from rewind.sinks.kafka.topics import (
     TOPIC_NAME,
     create_topic,
     high_watermarks,
+    partition_watermarks,
     record_count,
     replication_of,
     source_configs,
@@ -293,7 +294,8 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         source_partitions = {t: len(md.topics[t].partitions) for t in self.source_topics if t in md.topics}
         meta = md.topics.get(topic)
         if meta is not None:
-            held = record_count(self.conf, topic)
+            marks = partition_watermarks(self.conf, topic)  # what it holds, and where this run starts
+            held = sum(high - low for low, high in marks.values())
             if held and not self.existing_ok:
                 raise KafkaSinkError(
                     f"topic {topic} already exists and holds {held} records; a backfill writes to a topic "
@@ -301,7 +303,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
                 )
             partitions = len(meta.partitions)
             configs: dict[str, str] = {}
-            start = high_watermarks(self.conf, topic)
+            start = {p: high for p, (_low, high) in marks.items()}
             created = False
         else:
             partitions = (
