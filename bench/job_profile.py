@@ -104,6 +104,7 @@ def main() -> None:
         "--modes", default="reader,tasks",
         help="REWIND_WAVE_READ values to alternate (reader: rewind-kafka + mapInArrow; tasks: read in tasks)",
     )
+    parser.add_argument("--profile-driver", action="store_true", help="cProfile the driver in the last run")
     args = parser.parse_args()
     n, parts = args.records, args.partitions
 
@@ -136,7 +137,18 @@ def main() -> None:
             spec = spec_for(topic, f"bench.profile_{i}")
             c0, t0 = cpu_groups(), time.perf_counter()
             timings: list[dict[str, Any]] = []
+            profiler = None
+            if args.profile_driver and i == len(runs) - 1:
+                import cProfile
+
+                profiler = cProfile.Profile()
+                profiler.enable()
             outcome = run_job(settings, spec, timings=timings)
+            if profiler is not None:
+                import pstats
+
+                profiler.disable()
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
             wall = time.perf_counter() - t0
             c1 = cpu_groups()
             assert outcome.counts.records_read == n == outcome.counts.rows_out, outcome.to_dict()

@@ -403,3 +403,24 @@ def test_the_waves_of_the_stages_cover_every_unit_not_done_once_in_plan_order(
     assert in_waves == [u.id for u in plan.units if u.id not in done]
     sizes = {u.id: u.end - u.start for u in plan.units}
     assert all(w.offsets == sum(sizes[uid] for uid in w.unit_ids) for w in waves)
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=40), max_size=12),
+    rows=st.integers(min_value=1, max_value=60),
+)
+@hypothesis_settings(max_examples=100, deadline=None)
+def test_tasks_gather_fetch_batches_in_order_without_losing_a_record(sizes: list[int], rows: int) -> None:
+    # a task processes its fetch responses gathered into tables of at least `rows` records
+    import pyarrow as pa
+
+    from rewind.spark.job_stage import coalesced
+
+    batches, start = [], 0
+    for size in sizes:
+        batches.append(pa.record_batch({"offset": pa.array(range(start, start + size), pa.int64())}))
+        start += size
+    tables = list(coalesced(iter(batches), rows=rows))
+    assert [o for t in tables for o in t["offset"].to_pylist()] == list(range(start))
+    assert all(t.num_rows > 0 for t in tables)
+    assert all(t.num_rows >= rows for t in tables[:-1])

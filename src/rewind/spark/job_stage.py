@@ -165,10 +165,7 @@ class ProcessUnits:
         # Kafka units are reported by the reader as it fetches (batches reach this function
         # only in Spark's large Arrow batches); archive units are reported here
         reporter = TaskReporter(self.ctx.progress)
-        for batch in clock.timed_iter(batches):
-            if batch.num_rows == 0:
-                continue
-            table = pa.Table.from_batches([batch])
+        for table in clock.timed_iter(coalesced(batches)):
             for topic, partition in partitions_in(table):
                 part = table.filter(
                     pc.and_(pc.equal(table["topic"], topic), pc.equal(table["partition"], partition))
@@ -228,6 +225,34 @@ class ProcessUnits:
             rows[0]["stages"] = json.dumps(clock.to_dict())
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=_result_arrow_schema())
+
+
+COALESCE_ROWS = 100_000
+COALESCE_BYTES = 32 * 1024 * 1024
+
+
+def coalesced(
+    batches: Iterator[pa.RecordBatch], rows: int = COALESCE_ROWS, nbytes: int = COALESCE_BYTES
+) -> Iterator[pa.Table]:
+    """``batches`` gathered into tables of at least ``rows`` records (or ``nbytes``), in order.
+
+    A fetch response (20,000 records) split over a task's 4 partitions gives ~5,000 records
+    per unit, and ``process_batch`` costs ~1.5x more per record at that size than at 100,000
+    (pandas and Arrow's per-call costs; measured, ``bench/RESULTS.md`` "#18.1")."""
+    import pyarrow as pa
+
+    held: list[pa.RecordBatch] = []
+    count = size = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        held.append(batch)
+        count, size = count + batch.num_rows, size + batch.nbytes
+        if count >= rows or size >= nbytes:
+            yield pa.Table.from_batches(held)
+            held, count, size = [], 0, 0
+    if held:
+        yield pa.Table.from_batches(held)
 
 
 def _result_arrow_schema() -> pa.Schema:
