@@ -35,6 +35,8 @@ _DEFAULT_CONF = {
 _LOCAL_CONF = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
+    # workers forked with Rewind's task modules imported (rewind.spark.daemon)
+    "spark.python.daemon.module": "rewind.spark.daemon",
 }
 
 
@@ -51,8 +53,12 @@ def _quiet_query_context_loggers() -> None:
         PySparkLogger.getLogger(name).disabled = True
 
 
-def session(settings: Settings | None = None, app_name: str | None = None) -> SparkSession:
-    """Return the active Rewind SparkSession, creating it on first call."""
+def session(
+    settings: Settings | None = None, app_name: str | None = None, *, start_workers: bool = False
+) -> SparkSession:
+    """Return the active Rewind SparkSession, creating it on first call. ``start_workers``: a
+    run is about to need the Python workers; start them in the background now, once per
+    session (:mod:`rewind.spark.workers`)."""
     settings = settings or load_settings()
     from pyspark.sql import SparkSession
 
@@ -85,6 +91,10 @@ def session(settings: Settings | None = None, app_name: str | None = None) -> Sp
         spark.sparkContext.setLogLevel(settings.spark.log_level)
     register(spark)
     log.debug("spark session ready: %s", settings.spark.remote or settings.spark.master)
+    if start_workers and not settings.spark.remote:
+        from rewind.spark.workers import start_workers as start
+
+        start(spark)
     return spark
 
 
