@@ -39,7 +39,12 @@ def preload() -> None:
 
 
 if __name__ == "__main__":  # `python -m rewind.spark.daemon pyspark.worker`, run by Spark
-    preload()  # nothing on stdout: the daemon tells the JVM its port there
+    import sys
+
+    # Spark starts one daemon per worker module: only the tasks' (pyspark.worker) gains from the
+    # preload; a data source's planning workers (pyspark.sql.worker.*) import what they need
+    if sys.argv[1:2] in ([], ["pyspark.worker"]):
+        preload()  # nothing on stdout: the daemon tells the JVM its port there
     from pyspark.daemon import manager
 
     manager()
