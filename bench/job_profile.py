@@ -113,7 +113,10 @@ def main() -> None:
     from rewind.spark import session
 
     state = Path(tempfile.mkdtemp(prefix="bench-profile-"))
+    import rewind
+
     print(f"# job profile, {stamp()}, {machine()}, {n:,} records x 200 B, {parts} partitions")
+    print(f"# rewind from {Path(rewind.__file__).parent}")
     with broker() as bootstrap:
         conf = {"bootstrap.servers": bootstrap}
         topic = "bench-orders"
