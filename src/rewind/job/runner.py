@@ -354,7 +354,7 @@ class _Interrupts:
         if threading.current_thread() is threading.main_thread():
             from rewind.spark import session
 
-            session(self.settings, start_workers=True)  # PySpark's handler (if local) first; workers start
+            session(self.settings)  # installs PySpark's handler (if local) before ours wraps it
             self.previous = signal.getsignal(signal.SIGINT)
             signal.signal(signal.SIGINT, self._handle)
         return self

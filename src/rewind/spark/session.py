@@ -53,12 +53,8 @@ def _quiet_query_context_loggers() -> None:
         PySparkLogger.getLogger(name).disabled = True
 
 
-def session(
-    settings: Settings | None = None, app_name: str | None = None, *, start_workers: bool = False
-) -> SparkSession:
-    """Return the active Rewind SparkSession, creating it on first call. ``start_workers``: a
-    run is about to need the Python workers; start them in the background now, once per
-    session (:mod:`rewind.spark.workers`)."""
+def session(settings: Settings | None = None, app_name: str | None = None) -> SparkSession:
+    """Return the active Rewind SparkSession, creating it on first call."""
     settings = settings or load_settings()
     from pyspark.sql import SparkSession
 
@@ -91,10 +87,6 @@ def session(
         spark.sparkContext.setLogLevel(settings.spark.log_level)
     register(spark)
     log.debug("spark session ready: %s", settings.spark.remote or settings.spark.master)
-    if start_workers and not settings.spark.remote:
-        from rewind.spark.workers import start_workers as start
-
-        start(spark)
     return spark
 
 
