@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # two workers, one test file per worker at a time (module fixtures stay in one process)
-PYTEST_ARGS ?= -n 2 --dist loadfile --durations=40
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 .PHONY: install demo test lint typecheck bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce bench-scale bench-warehouse clean
 

@@ -30,9 +30,14 @@ from tests.brokers import (
     broker_names,
     external_gaps,
 )
+from tests.file_order import longest_files_first, recorded_seconds
 
 EXTERNAL_BOOTSTRAP = os.environ.get("REWIND_TEST_BOOTSTRAP")
 PG_DSN = os.environ.get("REWIND_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    longest_files_first(items, recorded_seconds())
 
 
 def free_port() -> int:
