@@ -121,7 +121,8 @@ def test_hard_cutover_swaps_in_a_v2_equal_to_a_clean_recomputation(
             raise AssertionError(f"{shadow_status(settings, NAME)}\n{out[-2000:]}\n{err[-4000:]}") from None
         before = state(settings)
         refused(lambda: cutover_hard(settings, NAME), "0 of the 2 verifications", "nothing was changed")
-        assert state(settings)[:3] == before[:3]  # v2 moves with the running tail, nothing else
+        # v2's rows and its unit commits move with the running tail, the state and the tables not
+        assert state(settings)[:2] == before[:2]
 
         checked = verify_shadow(settings, NAME, repeat=2, every_s=1)
         assert [r["passed"] for r in checked["results"]] == [True, True], checked["results"]
