@@ -448,8 +448,8 @@ class Verify(_Model):
         default=500_000,
         gt=0,
         description=(
-            "Differing buckets are split further (bisection) until they hold at most this many rows, "
-            "which are then compared row by row."
+            "Rows of differing keys inside the repaired window compared row by row; beyond this many, "
+            "a sample of those keys (the report says so). Differences outside the window are all compared."
         ),
     )
 

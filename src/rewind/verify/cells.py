@@ -1,4 +1,4 @@
-"""Steps 3 and 4 of a comparison: cell checksums, decoding single-key cells, bisection.
+"""Steps 3 and 4 of a comparison: cell checksums, then the keys that differ in the differing cells.
 
 See :mod:`rewind.verify.compare` for the whole algorithm.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from rewind.verify.prepare import NULL_CATEGORY, any_of
+from rewind.verify.prepare import NULL_CATEGORY
 from rewind.verify.rules import Rules
 from rewind.verify.spark_util import Timer
 
@@ -17,30 +17,42 @@ if TYPE_CHECKING:
 
 FIRST_BITS = 8
 """Key-hash bits of the first level: 256 cells per time bucket (64 per bucket and category)."""
-CACHE_ROWS = 4_000_000
-"""The rows of the differing cells are cached for the next levels when at most this many."""
-MAX_BITS = 62
 MAX_BUCKETS = 5000
 """Time buckets returned for the report (the earliest ones)."""
 MAX_CATEGORIES = 30
 BROADCAST_CELLS = 1_000_000
+"""Differing cells (or keys) up to this many are joined on as a broadcast table."""
+CACHE_ROWS = 4_000_000
+"""The rows of the differing cells are cached (read once) when they are at most this many."""
+NAME_SAMPLE = 1_000
+"""Rows read for the names of the largest categories before a pass that looks for the rest."""
+KEY_BITS = 64
+"""The second level's cells are whole key hashes: one per key."""
 _U32 = 0xFFFFFFFF
 _U64 = (1 << 64) - 1
+_SUMS = ("n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r")
 Stats = dict[int, tuple[int, int]]
 """Per window flag: (differing cells, rows they hold)."""
+Cell = tuple[int, int, int, int]
+"""(window flag, time bucket, category hash, key-hash bits)."""
 
 
 class CellSearch:
-    """Steps 3 and 4: the cells, their decoding and bisection, down to the rows that may differ."""
+    """Steps 3 and 4: the cells, then the keys that differ in them, down to the rows to drill."""
 
     def __init__(self, spark: SparkSession, wide: DataFrame, rules: Rules, timer: Timer) -> None:
-        self.spark, self.wide, self.rules, self.timer = spark, wide, rules, timer
-        self.keys = cell_keys(rules)
+        from pyspark.sql import functions as F
+
+        self.spark, self.rules, self.timer = spark, rules, timer
+        # the category enters a cell as its 64-bit hash: grouping by fixed-width numbers keeps
+        # Spark's fast hash aggregate, where a string key costs about as much as the rest of the pass
+        cath = F.xxhash64("cat") if rules.category is not None else F.lit(0).cast("long")
+        self.wide = wide.withColumn("cath", cath)
         self.levels: list[dict[str, Any]] = []
         self.cached: list[DataFrame] = []
         self.first_stats: Stats = {}
         self.first_bits = 0
-        self.agg: DataFrame | None = None
+        self.differing: list[dict[str, int]] = []
 
     def keep(self, df: DataFrame) -> DataFrame:
         df = df.cache()
@@ -52,77 +64,167 @@ class CellSearch:
             df.unpersist()
 
     def first_level(self, bits: int) -> tuple[list[dict[str, Any]], dict[str, int], list[dict[str, Any]]]:
+        """One pass: per cell and side a count and hash sums, brought to the driver.
+
+        The per-row work is hashing and one hash aggregate on fixed-width numbers (no
+        condition per sum, no moments); the sides are put side by side, and buckets and
+        categories summed up, on the driver from these rows.
+        """
         with self.timer.step("level 1"):
-            narrow = self.wide.select(*self.keys, "kh", "h", "side")
-            self.agg = self.keep(_cells(narrow, self.keys, bits, None, 0, 0, moments=True))
-            buckets, totals, stats = _rollup(self.agg)  # one action; it fills the cache
-            categories = _category_rollup(self.agg, self.rules)
+            table = _per_side(self.wide, bits).toArrow()
+            cells = _side_by_side(table)
+            buckets, totals, stats = _rollup(cells)
+            self.differing = [c for c in cells if _differs(c)]
+        with self.timer.step("categories"):
+            categories = self._categories(table)
         self.first_bits, self.first_stats = bits, stats
         self.levels.append(_level(1, bits, stats))
         return buckets, totals, categories
 
-    def rows_that_differ(self) -> tuple[DataFrame, dict[str, Any] | None]:
-        """Both sides' rows of the decoded keys and of the cells left after bisection."""
-        assert self.agg is not None
-        differing = self.agg.where(_cell_differs())
-        found: list[dict[str, Any]] = []
-        if self.levels[0]["differing_cells"] <= DECODE_CELLS:
-            with self.timer.step("decode"):
-                moments = differing.select(*self.keys, "kb", "n_s", "n_r", "d1", "d2", "d3", "d4")
-                found, rest = decode_cells(moments.toArrow().to_pylist(), self.keys)
-            stats: Stats = {}
-            for cell in rest:
-                n, held = stats.get(int(cell["w"]), (0, 0))
-                stats[int(cell["w"])] = (n + 1, held + int(cell["n_s"]) + int(cell["n_r"]))
-            self.levels[0].update(decoded_cells=len(found), undecoded_rows=sum(n for _, n in stats.values()))
-            left = _cell_frame(self.spark, rest, self.keys) if rest else None
-        else:
-            left, stats = differing, self.first_stats
-        cells: DataFrame | None = None
-        bits, n_cells, sampled = 0, 0, None
-        if left is not None:
-            cells, bits, n_cells, sampled = self.bisect(left, stats)
-        with self.timer.step("fetch"):
-            decoded = _cell_frame(self.spark, found, self.keys, sig=True) if found else None
-            inside = _select(
-                self.wide, self.keys, decoded, self.first_bits, cells, bits, n_cells, found=found
-            )
-        return inside, sampled
+    def _categories(self, table: Any) -> list[dict[str, Any]]:
+        """Rows of each side per category value (the largest ones), from the first level's rows.
 
-    def bisect(self, differing: DataFrame, stats: Stats) -> tuple[DataFrame, int, int, dict[str, Any] | None]:
-        """Split the differing cells until their rows fit ``drill_rows`` (or splitting stops helping)."""
+        The values are named from their hashes: a few thousand rows name the common values;
+        a pass over the category column alone looks for any other of the largest ones.
+        """
+
+        if self.rules.category is None:
+            return []
+        counts: dict[int, list[int]] = {}
+        for cath, side, n in zip(
+            table.column("cath").to_pylist(),
+            table.column("side").to_pylist(),
+            table.column("n").to_pylist(),
+            strict=True,
+        ):
+            counts.setdefault(cath, [0, 0])[side] += n
+        top = sorted(counts.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[: MAX_CATEGORIES + 1]
+        wanted = {cath for cath, _ in top}
+        pairs = self.wide.select("cat", "cath")
+        names = {int(r["cath"]): r["cat"] for r in pairs.limit(NAME_SAMPLE).collect()}
+        missing = sorted(wanted - names.keys())
+        if missing:
+            found = pairs.where(_in_set("cath", missing)).distinct().collect()
+            names.update({int(r["cath"]): r["cat"] for r in found})
+        rows = [
+            {
+                "value": None if names.get(cath) == NULL_CATEGORY else names.get(cath),
+                "n_s": n[0],
+                "n_r": n[1],
+            }
+            for cath, n in top
+        ]
+        return sorted(rows, key=lambda r: (-(r["n_s"] + r["n_r"]), r["value"] is None, r["value"] or ""))
+
+    def rows_that_differ(self) -> tuple[DataFrame, dict[str, Any] | None]:
+        """Both sides' rows of the keys that differ (a sample of them beyond ``drill_rows``).
+
+        One more pass reads the rows of the differing cells (picked by an exact broadcast
+        join on the cell) and keeps them; the second level groups those kept rows by whole
+        key hash: the keys that differ, whose rows are then taken from the kept rows for the
+        drill-down. No table is read a third time.
+        """
         from pyspark.sql import functions as F
 
-        rules, keys, bits = self.rules, self.keys, self.first_bits
-        n_cells, n_rows = sum(c for c, _ in stats.values()), sum(n for _, n in stats.values())
-        source = self.wide
-        if n_rows > rules.drill_rows:
-            # the rows of the cells to split, both sides, every column: the finer levels read
-            # them instead of the tables
-            source = _select(self.wide, keys, None, 0, differing, bits, n_cells)
+        n_rows = sum(n for _, n in self.first_stats.values())
+        with self.timer.step("level 2"):
+            rows = _select(self.spark, self.wide, self.differing, self.first_bits)
             if n_rows <= CACHE_ROWS:
-                source = self.keep(source)
-        history = [n_rows]
-        while True:
-            dense = len(history) > 1 and n_rows > history[-2] / 2
-            if n_rows <= rules.drill_rows or dense or bits >= MAX_BITS:
-                differing, sampled = _limit_changes(differing, stats, rules)
-                return differing, bits, n_cells, sampled
-            previous_bits, per_cell = bits, n_rows / max(n_cells, 1)
-            bits = min(MAX_BITS, bits + max(1, min(20, math.ceil(math.log2(max(per_cell / 2, 2))))))
-            with self.timer.step(f"level {len(self.levels) + 1}"):
-                narrow = source.select(*keys, "kh", "h", "side")
-                agg = self.keep(_cells(narrow, keys, bits, differing, previous_bits, n_cells))
-                differing = agg.where(_cell_differs())
-                stats = {
-                    int(row["w"]): (int(row["cells"]), int(row["rows"]))
-                    for row in differing.groupBy("w")
-                    .agg(F.count(F.lit(1)).alias("cells"), F.sum(F.col("n_s") + F.col("n_r")).alias("rows"))
-                    .collect()
-                }
-            self.levels.append(_level(len(self.levels) + 1, bits, stats))
-            n_cells, n_rows = self.levels[-1]["differing_cells"], self.levels[-1]["rows"]
-            history.append(n_rows)
+                rows = self.keep(rows)
+            if n_rows <= DRIVER_ROWS:
+                keys, stats, sampled = _keys_on_driver(self.spark, rows, self.rules)
+            else:
+                keys, stats, sampled = _keys_in_spark(self.keep, rows, self.rules)
+        self.levels.append(_level(2, KEY_BITS, stats))
+        with self.timer.step("fetch"):
+            if sum(c for c, _ in stats.values()) <= BROADCAST_CELLS:
+                keys = F.broadcast(keys)
+            inside = rows.join(keys, ["kh"], "left_semi")
+        return inside, sampled
+
+
+DRIVER_ROWS = 2_000_000
+"""Rows of the differing cells up to this many are grouped by key on the driver (Arrow):
+a Spark aggregation of a few hundred thousand rows costs more in jobs than in work."""
+
+
+def _keys_on_driver(
+    spark: SparkSession, rows: DataFrame, rules: Rules
+) -> tuple[DataFrame, Stats, dict[str, Any] | None]:
+    """The key hashes that differ (a sample of them beyond ``drill_rows``), grouped with pyarrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    t = rows.select(
+        "kh",
+        "w",
+        "side",
+        F.shiftright(F.col("h"), 32).alias("hi"),
+        F.col("h").bitwiseAND(F.lit(_U32)).alias("lo"),
+    ).toArrow()
+    staging = pc.equal(t["side"], 0)
+    zero = pa.scalar(0, pa.int64())
+    columns = {"kh": t["kh"], "w": pc.cast(t["w"], pa.int64())}
+    columns["n_s"] = pc.cast(staging, pa.int64())
+    columns["n_r"] = pc.cast(pc.invert(staging), pa.int64())
+    for name in ("hi", "lo"):
+        value = pc.cast(t[name], pa.int64())
+        columns[f"{name}_s"] = pc.if_else(staging, value, zero)
+        columns[f"{name}_r"] = pc.if_else(staging, zero, value)
+    # a key with a row outside the window is a failure, never sampled: its smallest flag
+    per_key = pa.table(columns).group_by("kh").aggregate([("w", "min"), *[(name, "sum") for name in _SUMS]])
+    c = {name: per_key[f"{name}_sum"].to_pylist() for name in _SUMS}
+    found: list[tuple[int, int, int]] = []
+    for i, (kh, w) in enumerate(zip(per_key["kh"].to_pylist(), per_key["w_min"].to_pylist(), strict=True)):
+        if c["n_s"][i] != c["n_r"][i] or c["hi_s"][i] != c["hi_r"][i] or c["lo_s"][i] != c["lo_r"][i]:
+            found.append((kh, w, c["n_s"][i] + c["n_r"][i]))
+    stats: Stats = {}
+    for _, w, n in found:
+        keys, held = stats.get(w, (0, 0))
+        stats[w] = (keys + 1, held + n)
+    keys_in, rows_in = stats.get(1, (0, 0))
+    sampled = None
+    kept = [kh for kh, _, _ in found]
+    if rows_in > rules.drill_rows:
+        share = max(1, int(1024 * rules.drill_rows / rows_in))
+        # the key hash's high bits pick the sample (its low bits chose the cell)
+        kept = [kh for kh, w, _ in found if w == 0 or (kh >> 40) & 1023 < share]
+        sampled = {"cells": keys_in, "rows": rows_in, "share": round(share / 1024, 4)}
+    return spark.createDataFrame([(k,) for k in kept], "kh bigint"), stats, sampled
+
+
+def _keys_in_spark(
+    keep: Any, rows: DataFrame, rules: Rules
+) -> tuple[DataFrame, Stats, dict[str, Any] | None]:
+    """:func:`_keys_on_driver` for many rows: the key hashes that differ, aggregated in Spark."""
+    from pyspark.sql import functions as F
+
+    staging, reference = F.col("side") == 0, F.col("side") == 1
+
+    def total(cond: Column, value: Column) -> Column:
+        return F.coalesce(F.sum(F.when(cond, value)), F.lit(0).cast("long"))
+
+    hi, lo = F.shiftright(F.col("h"), 32), F.col("h").bitwiseAND(F.lit(_U32))
+    one = F.lit(1).cast("long")
+    per_key = rows.groupBy("kh").agg(
+        F.min("w").alias("w"),  # a key with a row outside the window is a failure, never sampled
+        total(staging, one).alias("n_s"),
+        total(reference, one).alias("n_r"),
+        total(staging, hi).alias("hi_s"),
+        total(staging, lo).alias("lo_s"),
+        total(reference, hi).alias("hi_r"),
+        total(reference, lo).alias("lo_r"),
+    )
+    differing = keep(per_key.where(_cell_differs()).select("kh", "w", "n_s", "n_r"))
+    stats: Stats = {
+        int(row["w"]): (int(row["cells"]), int(row["rows"]))
+        for row in differing.groupBy("w")
+        .agg(F.count(F.lit(1)).alias("cells"), F.sum(F.col("n_s") + F.col("n_r")).alias("rows"))
+        .collect()
+    }
+    differing, sampled = _limit_changes(differing, stats, rules)
+    return differing.select("kh"), stats, sampled
 
 
 def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[str, Any]:
@@ -154,185 +256,61 @@ def _in_set(expression: str, values: list[int]) -> Column:
     return F.expr(f"{expression} IN ({', '.join(str(v) for v in values)})")
 
 
-def _select(
-    wide: DataFrame,
-    keys: list[str],
-    decoded: DataFrame | None,
-    decoded_bits: int,
-    cells: DataFrame | None,
-    cell_bits: int,
-    n_cells: int,
-    *,
-    found: list[dict[str, Any]] | None = None,
-) -> DataFrame:
-    """The rows of ``wide`` of the ``decoded`` keys (cell and key signature) or in ``cells``.
+def _select(spark: SparkSession, wide: DataFrame, cells: list[dict[str, int]], bits: int) -> DataFrame:
+    """The rows of ``wide`` in ``cells`` (their ``bits`` low bits of the key hash).
 
-    One pass. A row's signature (or its cell's key-hash bits) is first looked up in a hash
-    set, which drops nearly every row cheaply; the few left are matched exactly against the
-    sets (broadcast: a semi-join for one set, two left joins and a filter for both).
+    Up to :data:`PREFILTER_VALUES` cells, a hash of each row's cell is first looked up in a
+    hash set: a plain filter, which Spark evaluates below the row hash's projection, so only
+    the rows kept are hashed whole. An exact (broadcast) semi-join on the cell follows.
     """
     from pyspark.sql import functions as F
 
-    def kb(bits: int) -> Column:
-        return F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
-
-    lookups: list[tuple[DataFrame, list[str], dict[str, Column]]] = []
-    quick: list[Column] = []
-    cheap = True  # every set has a cheap test
-    if decoded is not None:
-        d = F.broadcast(decoded.select(*keys, F.col("kb").alias("_kb1"), F.col("sig").alias("_sig")))
-        lookups.append(
-            (d, [*keys, "_kb1", "_sig"], {"_kb1": kb(decoded_bits), "_sig": _signature(F.col("kh"))})
-        )
-        sigs = sorted({int(f["sig"]) for f in found or ()})
-        if found is not None and len(sigs) <= PREFILTER_VALUES:
-            quick.append(_in_set(f"pmod(kh, {P})", sigs))
-        else:
-            cheap = False
-    if cells is not None:
-        c = cells.select(*keys, F.col("kb").alias("_kb2"))
-        if n_cells <= BROADCAST_CELLS:
-            c = F.broadcast(c)
-        lookups.append((c, [*keys, "_kb2"], {"_kb2": kb(cell_bits)}))
-        if n_cells <= PREFILTER_VALUES:  # a hash of the whole cell: selective, one long per row
-            values = sorted(
-                {int(row[0]) for row in cells.select(F.xxhash64(*keys, F.col("kb"))).distinct().collect()}
-            )
-            mask = (1 << cell_bits) - 1
-            quick.append(_in_set(f"xxhash64({', '.join(keys)}, kh & {mask})", values))
-        else:
-            cheap = False
-    if not lookups:
-        return wide.limit(0)
-    df = wide.where(any_of(quick)) if quick and cheap else wide
-    helpers = [name for _, _, cols in lookups for name in cols]
-    for _, _, cols in lookups:
-        for name, value in cols.items():
-            df = df.withColumn(name, value)
-    if len(lookups) == 1:
-        table, on, _ = lookups[0]
-        return df.join(table, on, "left_semi").drop(*helpers)
-    hits = []
-    for i, (table, on, _) in enumerate(lookups):
-        df = df.join(table.withColumn(f"_hit{i}", F.lit(True)), on, "left")
-        hits.append(F.col(f"_hit{i}").isNotNull())
-    return df.where(any_of(hits)).drop(*helpers, *[f"_hit{i}" for i in range(len(lookups))])
+    table = spark.createDataFrame(
+        [(c["w"], c["tb"], c["cath"], c["kb"]) for c in cells], "w int, tb bigint, cath bigint, kb bigint"
+    )
+    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1))
+    rows = wide
+    if len(cells) <= PREFILTER_VALUES:
+        ids = sorted({int(r[0]) for r in table.select(F.xxhash64("w", "tb", "cath", "kb")).collect()})
+        rows = rows.where(_in_set(f"xxhash64(w, tb, cath, kh & {(1 << bits) - 1})", ids))
+    if len(cells) <= BROADCAST_CELLS:
+        table = F.broadcast(table)
+    return rows.withColumn("kb", kb).join(table, ["w", "tb", "cath", "kb"], "left_semi").drop("kb")
 
 
-def cell_keys(rules: Rules) -> list[str]:
-    """What a cell is, besides its key-hash bits: window flag, time bucket, category."""
-    return ["w", "tb", "cat"] if rules.category is not None else ["w", "tb"]
-
-
-def _signature(kh: Column) -> Column:
-    """A key's 31-bit signature (its key hash modulo the prime :data:`P`)."""
-    from pyspark.sql import functions as F
-
-    return F.pmod(kh, F.lit(P))
-
-
-def _cells(
-    narrow: DataFrame,
-    keys: list[str],
-    bits: int,
-    previous: DataFrame | None,
-    previous_bits: int,
-    previous_cells: int,
-    *,
-    moments: bool = False,
-) -> DataFrame:
-    """Per cell (keys, kb): row count and hash sums of each side; only rows of ``previous`` cells.
-
-    With ``moments``, also ``d1`` to ``d4``: the differences between the sides of the sums of
-    ``b``, ``a*b``, ``a^2*b`` and ``a^3*b`` modulo :data:`P`, where ``a`` is the key's signature
-    and ``b`` the row hash modulo ``P``: what :func:`decode_cells` needs to name the key of a
-    cell that differs by one key.
-    """
-    from pyspark.sql import functions as F
-
-    src = narrow
-    if previous is not None:
-        parents = previous.select(*keys, F.col("kb").alias("pkb"))
-        if previous_cells <= BROADCAST_CELLS:
-            parents = F.broadcast(parents)
-        src = src.withColumn("pkb", F.col("kh").bitwiseAND(F.lit((1 << previous_bits) - 1))).join(
-            parents, [*keys, "pkb"], "left_semi"
-        )
-    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
-    hi = F.shiftright(F.col("h"), 32)
-    lo = F.col("h").bitwiseAND(F.lit(_U32))
-    staging, reference = F.col("side") == 0, F.col("side") == 1
-
-    def total(cond: Column, value: Column) -> Column:
-        return F.coalesce(F.sum(F.when(cond, value)), F.lit(0).cast("long"))
-
-    sums = [
-        total(staging, F.lit(1).cast("long")).alias("n_s"),
-        total(reference, F.lit(1).cast("long")).alias("n_r"),
-        total(staging, hi).alias("hi_s"),
-        total(staging, lo).alias("lo_s"),
-        total(reference, hi).alias("hi_r"),
-        total(reference, lo).alias("lo_r"),
-    ]
-    if moments:
-        # per row, modulo P: a (the key's signature), m1 = h, m2 = a*m1, m3 = a*m2, m4 = a*m3; products of
-        # two numbers below 2^31 fit in a long. Reference rows count negatively (P - m), so one
-        # sum per moment holds the difference of the sides; it fits for up to 2^32 rows a cell.
-        src = src.withColumn("_a", _signature(F.col("kh"))).withColumn("_m1", F.pmod(F.col("h"), F.lit(P)))
-        for i in (2, 3, 4):
-            src = src.withColumn(f"_m{i}", F.pmod(F.col("_a") * F.col(f"_m{i - 1}"), F.lit(P)))
-        for i in (1, 2, 3, 4):
-            signed = F.when(staging, F.col(f"_m{i}")).otherwise(F.lit(P) - F.col(f"_m{i}"))
-            sums.append(F.coalesce(F.sum(signed), F.lit(0).cast("long")).alias(f"d{i}"))
-    return src.groupBy(*keys, kb.alias("kb")).agg(*sums)
-
-
-P = 2_147_483_647
-"""The prime 2^31 - 1: moments are sums modulo P."""
-DECODE_CELLS = 200_000
-"""Differing cells up to this many are brought to the driver and decoded."""
 PREFILTER_VALUES = 50_000
-"""Up to this many signatures (or cell hashes) also filter the fetch pass as a hash set."""
+"""Up to this many differing cells also filter the rows by a hash set of their cells."""
 
 
-def decode_cells(
-    rows: list[dict[str, Any]], keys: list[str]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Name the one key that makes each cell differ, where there is one; return (found, rest).
+def _per_side(wide: DataFrame, bits: int) -> DataFrame:
+    """Per cell (w, tb, cath, kb) and side: row count and hash sums (two 32-bit halves, so that
+    the sums cannot overflow under ANSI SQL)."""
+    from pyspark.sql import functions as F
 
-    In a cell whose staging and reference rows differ only by the rows of one key (a changed
-    row, a missing or an extra one, duplicates of it), every row of that key has the same
-    signature ``a``, so the moment differences are ``d1 = D``, ``d2 = a*D``, ``d3 = a^2*D``
-    and ``d4 = a^3*D`` (modulo P) for some ``D``: ``a = d2 / d1``, confirmed by ``d3 = a*d2``
-    and ``d4 = a*d3``. A cell where several keys differ passes both checks with a chance of
-    about 2^-62 (the same order as two different rows having equal 64-bit hashes, which
-    every checksum comparison accepts); it fails them otherwise and is left in ``rest`` for
-    bisection, as is a cell with ``d1 = 0``.
-
-    ``found`` rows are the cell (``keys``, ``kb``) and the key's signature ``sig``; ``rest``
-    rows the cell and its counts.
-    """
-    found, rest = [], []
-    for row in rows:
-        d1, d2, d3, d4 = (int(row[f"d{i}"]) % P for i in (1, 2, 3, 4))
-        cell = {**{k: row[k] for k in keys}, "kb": row["kb"]}
-        if d1:
-            a = d2 * pow(d1, P - 2, P) % P
-            if (a * d2 - d3) % P == 0 and (a * d3 - d4) % P == 0:
-                found.append({**cell, "sig": a})
-                continue
-        rest.append({**cell, "n_s": int(row["n_s"]), "n_r": int(row["n_r"])})
-    return found, rest
+    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
+    return wide.groupBy("w", "tb", "cath", kb.alias("kb"), "side").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.shiftright(F.col("h"), 32)).alias("hi"),
+        F.sum(F.col("h").bitwiseAND(F.lit(_U32))).alias("lo"),
+    )
 
 
-def _cell_frame(
-    spark: SparkSession, rows: list[dict[str, Any]], keys: list[str], *, sig: bool = False
-) -> DataFrame:
-    """Cells (from the driver) as a small DataFrame to join on."""
-    types = {"w": "int", "tb": "bigint", "cat": "string", "kb": "bigint", "sig": "bigint"}
-    names = [*keys, "kb", *(["sig"] if sig else [])]
-    schema = ", ".join(f"{n} {types[n]}" for n in names)
-    return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
+def _side_by_side(table: Any) -> list[dict[str, int]]:
+    """The first level's rows per cell and side (an Arrow table), as one row per cell."""
+    cells: dict[Cell, dict[str, int]] = {}
+    columns = [table.column(c).to_pylist() for c in ("w", "tb", "cath", "kb", "side", "n", "hi", "lo")]
+    for w, tb, cath, kb, side, n, hi, lo in zip(*columns, strict=True):
+        cell = (w, tb, cath, kb)
+        out = cells.get(cell)
+        if out is None:
+            out = cells[cell] = {"w": w, "tb": tb, "cath": cath, "kb": kb, **dict.fromkeys(_SUMS, 0)}
+        suffix = "_s" if side == 0 else "_r"
+        out["n" + suffix], out["hi" + suffix], out["lo" + suffix] = n, hi, lo
+    return list(cells.values())
+
+
+def _differs(cell: dict[str, int]) -> bool:
+    return cell["n_s"] != cell["n_r"] or cell["hi_s"] != cell["hi_r"] or cell["lo_s"] != cell["lo_r"]
 
 
 def _cell_differs() -> Column:
@@ -348,49 +326,28 @@ def checksum(hi: int, lo: int) -> str:
     return f"{((hi << 32) + lo) & _U64:016x}"
 
 
-def _rollup(agg: DataFrame) -> tuple[list[dict[str, Any]], dict[str, int], dict[int, tuple[int, int]]]:
+def _rollup(cells: list[dict[str, int]]) -> tuple[list[dict[str, Any]], dict[str, int], Stats]:
     """Per time bucket: counts and checksums of both sides, cells and differing cells.
 
     Also returns, per window flag, the differing cells and the rows they hold.
     """
-    from pyspark.sql import functions as F
-
-    differs = F.when(_cell_differs(), F.lit(1)).otherwise(F.lit(0))
-    differing_rows = F.when(_cell_differs(), F.col("n_s") + F.col("n_r")).otherwise(F.lit(0))
-    rows = (
-        agg.groupBy("tb", "w")
-        .agg(
-            F.sum("n_s").alias("n_s"),
-            F.sum("n_r").alias("n_r"),
-            F.sum("hi_s").alias("hi_s"),
-            F.sum("lo_s").alias("lo_s"),
-            F.sum("hi_r").alias("hi_r"),
-            F.sum("lo_r").alias("lo_r"),
-            F.count(F.lit(1)).alias("cells"),
-            F.sum(differs).alias("differing_cells"),
-            F.sum(differing_rows).alias("differing_rows"),
-        )
-        .collect()
-    )
-    stats: dict[int, tuple[int, int]] = {}
-    for row in rows:
-        if row["differing_cells"]:
-            cells, held = stats.get(int(row["w"]), (0, 0))
-            stats[int(row["w"])] = (cells + int(row["differing_cells"]), held + int(row["differing_rows"]))
+    stats: Stats = {}
     merged: dict[int, dict[str, int]] = {}
     totals = {"staging": 0, "reference": 0, "staging_in_window": 0, "reference_in_window": 0}
-    for row in rows:
-        d = row.asDict()
-        m = merged.setdefault(int(d["tb"]), dict.fromkeys(("n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r"), 0))
-        for k in ("n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r"):
-            m[k] += int(d[k])
-        m["cells"] = m.get("cells", 0) + int(d["cells"])
-        m["differing_cells"] = m.get("differing_cells", 0) + int(d["differing_cells"])
-        totals["staging"] += int(d["n_s"])
-        totals["reference"] += int(d["n_r"])
-        if d["w"] == 1:
-            totals["staging_in_window"] += int(d["n_s"])
-            totals["reference_in_window"] += int(d["n_r"])
+    for c in cells:
+        m = merged.setdefault(c["tb"], dict.fromkeys((*_SUMS, "cells", "differing_cells"), 0))
+        for k in _SUMS:
+            m[k] += c[k]
+        m["cells"] += 1
+        if _differs(c):
+            m["differing_cells"] += 1
+            n, held = stats.get(c["w"], (0, 0))
+            stats[c["w"]] = (n + 1, held + c["n_s"] + c["n_r"])
+        totals["staging"] += c["n_s"]
+        totals["reference"] += c["n_r"]
+        if c["w"] == 1:
+            totals["staging_in_window"] += c["n_s"]
+            totals["reference_in_window"] += c["n_r"]
     out = []
     for tb, m in sorted(merged.items())[:MAX_BUCKETS]:
         out.append(
@@ -408,47 +365,24 @@ def _rollup(agg: DataFrame) -> tuple[list[dict[str, Any]], dict[str, int], dict[
     return out, totals, stats
 
 
-def _category_rollup(agg: DataFrame, rules: Rules) -> list[dict[str, Any]]:
-    """Rows of each side per category value (the largest ones), from the cells."""
-    from pyspark.sql import functions as F
-
-    if rules.category is None:
-        return []
-    rows = (
-        agg.groupBy("cat")
-        .agg(F.sum("n_s").alias("n_s"), F.sum("n_r").alias("n_r"))
-        .orderBy(F.desc(F.col("n_s") + F.col("n_r")), "cat")
-        .limit(MAX_CATEGORIES + 1)
-        .collect()
-    )
-    return [
-        {
-            "value": None if row["cat"] == NULL_CATEGORY else row["cat"],
-            "n_s": int(row["n_s"]),
-            "n_r": int(row["n_r"]),
-        }
-        for row in rows
-    ]
-
-
 def _limit_changes(
     differing: DataFrame, stats: dict[int, tuple[int, int]], rules: Rules
 ) -> tuple[DataFrame, dict[str, Any] | None]:
-    """Keep every differing cell outside the window; sample those inside it beyond ``drill_rows``.
+    """Keep every differing key outside the window; sample those inside it beyond ``drill_rows``.
 
     Differences outside the window (and all of them in match mode) are failures and are
     always drilled in full; inside the repaired window they are the expected changes, of
-    which a sample of cells is enough to show what changed.
+    which a sample of keys is enough to show what changed.
     """
     from pyspark.sql import functions as F
 
-    cells_in, rows_in = stats.get(1, (0, 0))
+    keys_in, rows_in = stats.get(1, (0, 0))
     if rows_in <= rules.drill_rows:
         return differing, None
-    share = rules.drill_rows / rows_in
-    keep = F.xxhash64("tb", "kb").bitwiseAND(F.lit(1023)) < F.lit(max(1, int(1024 * share)))  # whole cells
+    share = max(1, int(1024 * rules.drill_rows / rows_in))
+    keep = F.shiftright(F.col("kh"), 40).bitwiseAND(F.lit(1023)) < F.lit(share)
     return differing.where((F.col("w") == 0) | keep), {
-        "cells": cells_in,
+        "cells": keys_in,
         "rows": rows_in,
-        "share": round(max(1, int(1024 * share)) / 1024, 4),
+        "share": round(share / 1024, 4),
     }

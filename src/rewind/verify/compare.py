@@ -1,4 +1,4 @@
-"""The Spark side of verification: bucket checksums, bisection, row-level drill-down.
+"""The Spark side of verification: bucket checksums, the keys that differ, row-level drill-down.
 
 Both sides are Spark DataFrames and stay in Spark: the driver only ever receives
 aggregates (per bucket, per cell), counts and a bounded number of sample rows.
@@ -16,28 +16,31 @@ aggregates (per bucket, per cell), counts and a bounded number of sample rows.
    wrong answer. A column where null must not equal null (``nulls_equal: false``) adds a
    side-specific salt to ``h`` when null, so its cell always drills down.
 3. **Cells.** A cell is (window flag, time bucket, category, low ``bits`` bits of ``kh``);
-   the first level is coarse (64 to 256 cells per bucket), so that a pass that finds
-   nothing costs little more than reading the data. One aggregation over the union of both
-   sides gives, per cell and side, the row count and the sum of ``h`` as two 32-bit halves
-   (so it cannot overflow under ANSI SQL). A cell whose counts or sums differ holds a
-   difference: a missing or extra row changes the count, a changed row the sum. The
-   report's per-bucket and per-category counts and checksums are these cells summed up.
-4. **Decoding, then bisection.** The first level also sums four moments per cell modulo
-   a prime (of ``b``, ``a*b``, ``a^2*b``, ``a^3*b``, with ``a`` a 31-bit signature of the key
-   and ``b`` of the row hash). In a cell where one key differs they name that key
-   (``a = d2/d1``, checked twice; see :func:`decode_cells`), so most differing cells need no
-   further pass. The other cells are split, as data-diff does between two databases: while
-   they hold more than ``drill_rows`` rows, their rows are aggregated again with more bits
-   of ``kh`` (each cell into 2^k); it stops when the rows fit, or when splitting no longer
-   helps (dense differences, e.g. a repaired window where every row changed: those are
-   then sampled, and the report says so).
-5. **Drill-down.** One pass fetches both sides' rows of the decoded keys and of the cells
-   left (a hash-set test per row, then exact broadcast joins). One aggregation by key
-   (null keys included) puts each key's staging and reference values side by side, and its
-   row counts per side; the values are compared column by column with the tolerances:
-   *missing* (reference only), *extra* (staging only), *changed* (naming the columns that
-   differ) or equal within tolerance. In ``repair`` mode a difference is a *change* when
-   every side's row lies inside the repaired window, and a failure otherwise.
+   the category enters as its 64-bit hash, so that the grouping stays on fixed-width
+   numbers (Spark's fast hash aggregate; a string key costs as much as the rest of the
+   pass). The first level is coarse (64 to 256 cells per bucket), so that a pass that finds
+   nothing costs little more than reading the data: its per-row work is hashing and one
+   hash aggregate by cell and side (a count and the sum of ``h`` as two 32-bit halves, so
+   it cannot overflow under ANSI SQL), with no condition per sum; its rows are brought to
+   the driver, which puts the sides side by side. A cell whose counts or sums differ holds
+   a difference: a missing or extra row changes the count, a changed row the sum. The
+   report's per-bucket and per-category counts and checksums are these cells summed up (the
+   largest categories named from a few rows, or a pass over the category column if those
+   do not name them all): no other pass when nothing differs.
+4. **Keys.** Detecting is kept apart from describing. When cells differ, one more pass
+   reads the rows of those cells only (a hash set of the cells, then an exact broadcast
+   semi-join) and keeps them (cached); the second level groups the kept rows by the whole
+   ``kh`` (on the driver with Arrow, or in Spark when they are many): the keys whose counts
+   or sums differ. Their rows are taken from the kept rows (a broadcast semi-join): no
+   table is read a third time. Inside the repaired window, beyond ``drill_rows`` rows of
+   differing keys (dense differences, e.g. a repaired window where every row changed), a
+   sample of them is drilled, and the report says so.
+5. **Drill-down.** One aggregation by key (null keys included) puts each differing key's
+   staging and reference values side by side, and its row counts per side; the values are
+   compared column by column with the tolerances: *missing* (reference only), *extra*
+   (staging only), *changed* (naming the columns that differ) or equal within tolerance.
+   In ``repair`` mode a difference is a *change* when every side's row lies inside the
+   repaired window, and a failure otherwise.
 
 Duplicate keys are found where they make the two sides differ (a key twice in staging and
 once in the reference); duplicates present identically on both sides agree and are not
@@ -67,12 +70,11 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
     Keys of the result: ``rows`` (counts per side), ``record`` (missing, extra, duplicate
     keys with samples), ``state`` (changed rows by column with side-by-side samples),
     ``changes`` (repair mode: the differences inside the window), ``buckets``,
-    ``categories``, ``bisection`` (one entry per level) and ``seconds`` per step.
+    ``categories``, ``bisection`` (one entry per level: the cells, then the keys) and ``seconds`` per step.
 
     Passes over the data: one when nothing differs (the first level, coarse cells). When
-    something does, the cells whose difference is one key are decoded from their moments
-    (:func:`decode_cells`), the others are split further (bisection, a pass per level),
-    and one more pass fetches the rows of those keys and cells for the drill-down.
+    something does, one more: the rows of the differing cells, kept for the keys that differ
+    and the drill-down.
     """
     from pyspark.sql import functions as F
 

@@ -274,8 +274,8 @@ def render_html(report: dict[str, Any]) -> str:
         if changes.get("sampled"):
             s = changes["sampled"]
             out.append(
-                f"<div class='note'>dense changes: {s['rows']:,} rows in {s['cells']:,} differing cells; "
-                f"a share of {s['share']:.1%} of those cells was compared row by row</div>"
+                f"<div class='note'>dense changes: {s['rows']:,} rows of {s['cells']:,} differing keys; "
+                f"a share of {s['share']:.1%} of those keys was compared row by row</div>"
             )
         out.append(_side_by_side(changes["changed_sample"], key, columns, tolerances))
         added = _keys(changes["extra_sample"], key, "staging", columns, tolerances)

@@ -1,0 +1,78 @@
+"""The second level: the keys that differ, found in the rows of the differing cells (grouped on
+the driver, or in Spark when they are many)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from rewind.spec import Verify
+from rewind.verify import cells
+from rewind.verify.service import verify_frames
+
+ROWS = 20_000
+WINDOW_END = "2026-11-01T00:00:00Z"  # every row lies inside: 20,000 minutes
+T0 = int(datetime(2026, 10, 1, tzinfo=UTC).timestamp())
+
+
+@pytest.fixture(params=["driver", "spark"])
+def sides(request: Any, monkeypatch: pytest.MonkeyPatch, spark: Any) -> tuple[Any, Any]:
+    if request.param == "spark":  # as when the differing cells hold more rows than the driver takes
+        monkeypatch.setattr(cells, "DRIVER_ROWS", 0)
+    return _sides(spark)
+
+
+def _sides(spark: Any) -> tuple[Any, Any]:
+    from pyspark.sql import functions as F
+
+    reference = spark.range(ROWS).select(
+        F.col("id").alias("order_id"),
+        (F.col("id") * 2).alias("total"),
+        (F.lit(T0) + F.col("id") * 60).cast("timestamp").alias("updated_at"),
+    )
+    staging = reference.withColumn(
+        "total", F.when(F.col("order_id") % 1000 == 3, F.col("total") + 1).otherwise(F.col("total"))
+    )
+    return staging, reference
+
+
+def test_only_the_keys_that_differ_are_drilled(spark: Any, sides: tuple[Any, Any]) -> None:
+    staging, reference = sides
+    v = Verify.model_validate({"reference": {"iceberg": "a.b"}, "key": ["order_id"], "compare": ["total"]})
+    report = verify_frames(spark, staging, reference, v)
+    assert report["state"]["changed"] == 20
+    cells, keys = report["bisection"]
+    assert 0 < cells["differing_cells"] <= 20 and cells["rows"] > 40  # whole cells were fetched
+    assert keys == {"level": 2, "bits": 64, "differing_cells": 20, "rows": 40}
+    assert sorted(s["key"]["order_id"] for s in report["state"]["changed_sample"]) == [
+        i for i in range(ROWS) if i % 1000 == 3
+    ]
+
+
+def test_dense_changes_in_the_repaired_window_are_sampled(spark: Any, sides: tuple[Any, Any]) -> None:
+    from pyspark.sql import functions as F
+
+    staging, reference = sides
+    staging = staging.withColumn("total", F.col("total") + 1)  # every row of the window changed
+    v = Verify.model_validate(
+        {
+            "reference": {"iceberg": "a.b"},
+            "key": ["order_id"],
+            "compare": ["total"],
+            "mode": "repair",
+            "scope": {
+                "time_column": "updated_at",
+                "from": "2026-10-01T00:00:00Z",
+                "to": "2026-11-01T00:00:00Z",
+            },
+            "drill_rows": 2_000,
+        }
+    )
+    report = verify_frames(spark, staging, reference, v)
+    sampled = report["changes"]["sampled"]
+    assert sampled["cells"] == ROWS and sampled["rows"] == 2 * ROWS
+    changed = report["changes"]["changed"]
+    assert 0.5 * ROWS * sampled["share"] < changed < 1.5 * ROWS * sampled["share"]  # about the share
+    assert report["state"]["changed"] == 0  # nothing outside the window
