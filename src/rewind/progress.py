@@ -14,7 +14,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rewind.core.console import RunProgress
@@ -159,28 +159,39 @@ class CliConsole:
             print(line, file=self.stream, flush=True)
 
 
+_GAUGES = (
+    ("rewind_records_read", "Records read (committed units and the running wave)"),
+    ("rewind_rows_written", "Rows written to staging"),
+    ("rewind_records_quarantined", "Records quarantined"),
+    ("rewind_records_filtered", "Records filtered"),
+    ("rewind_offsets_to_planned_end", "Offsets left to the planned end"),
+    ("rewind_records_per_second", "Read throughput"),
+    ("rewind_units_done", "Work units done"),
+)
+
+
+def _gauge_values(p: RunProgress) -> tuple[float, ...]:
+    """:data:`_GAUGES`' values, in their order."""
+    c = p.counts
+    return (c.records_read, c.rows_out, c.quarantined, c.filtered, p.offsets_left, p.rate or 0.0,
+            p.units_done)
+
+
 class _Metrics:
-    """Run metrics on ``/metrics`` (prometheus-client), in a registry of their own."""
+    """Run metrics on ``/metrics`` (prometheus-client), in a registry of their own.
+
+    One scrape shows one update: the gauges of a run are served from one snapshot of its
+    progress, swapped in whole by :meth:`update`. (Gauges set one by one let a scrape land
+    between two sets and see, say, records read of one update beside offsets left of the one
+    before.)
+    """
 
     def __init__(self, port: int, address: str) -> None:
-        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+        from prometheus_client import CollectorRegistry, start_http_server
 
+        self._snapshots: dict[str, tuple[float, ...]] = {}
         self.registry = CollectorRegistry()
-        labels = ["run_id"]
-        self.read = Gauge(
-            "rewind_records_read", "Records read (committed units and the running wave)", labels,
-            registry=self.registry,
-        )
-        self.written = Gauge("rewind_rows_written", "Rows written to staging", labels, registry=self.registry)
-        self.quarantined = Gauge(
-            "rewind_records_quarantined", "Records quarantined", labels, registry=self.registry
-        )
-        self.filtered = Gauge("rewind_records_filtered", "Records filtered", labels, registry=self.registry)
-        self.lag = Gauge(
-            "rewind_offsets_to_planned_end", "Offsets left to the planned end", labels, registry=self.registry
-        )
-        self.rate = Gauge("rewind_records_per_second", "Read throughput", labels, registry=self.registry)
-        self.units = Gauge("rewind_units_done", "Work units done", labels, registry=self.registry)
+        self.registry.register(self)  # a collector is anything with collect()
         try:
             self.server, self.thread = start_http_server(port, addr=address, registry=self.registry)
         except (OSError, ValueError) as exc:
@@ -191,14 +202,18 @@ class _Metrics:
             ) from None
 
     def update(self, p: RunProgress) -> None:
-        run = p.run_id
-        self.read.labels(run).set(p.counts.records_read)
-        self.written.labels(run).set(p.counts.rows_out)
-        self.quarantined.labels(run).set(p.counts.quarantined)
-        self.filtered.labels(run).set(p.counts.filtered)
-        self.lag.labels(run).set(p.offsets_left)
-        self.rate.labels(run).set(p.rate or 0.0)
-        self.units.labels(run).set(p.units_done)
+        # a new dict, assigned once: a scrape in another thread sees the old one or the new one
+        self._snapshots = {**self._snapshots, p.run_id: _gauge_values(p)}
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        snapshots = self._snapshots
+        for i, (name, doc) in enumerate(_GAUGES):
+            family = GaugeMetricFamily(name, doc, labels=["run_id"])
+            for run, values in snapshots.items():
+                family.add_metric([run], values[i])
+            yield family
 
     def close(self) -> None:
         self.server.shutdown()
