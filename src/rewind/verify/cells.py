@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from rewind.verify.prepare import NULL_CATEGORY
+from rewind.verify.prepare import NULL_CATEGORY, truncate_micros
 from rewind.verify.rules import Rules
 from rewind.verify.spark_util import Timer
 
@@ -116,19 +116,26 @@ class CellSearch:
         ]
         return sorted(rows, key=lambda r: (-(r["n_s"] + r["n_r"]), r["value"] is None, r["value"] or ""))
 
-    def rows_that_differ(self) -> tuple[DataFrame, dict[str, Any] | None]:
+    def rows_that_differ(self) -> tuple[DataFrame | list[dict[str, Any]], dict[str, Any] | None]:
         """Both sides' rows of the keys that differ (a sample of them beyond ``drill_rows``).
 
         One more pass reads the rows of the differing cells (picked by an exact broadcast
-        join on the cell) and keeps them; the second level groups those kept rows by whole
-        key hash: the keys that differ, whose rows are then taken from the kept rows for the
-        drill-down. No table is read a third time.
+        join on the cell). When they are few, they go to the driver whole (Arrow), which
+        finds the keys that differ and hands back their rows as a list, for the drill-down
+        on the driver: no Spark query after this pass, whose fixed cost (planning, code
+        generation, a shuffle) is most of a drill-down of a few thousand rows. Otherwise
+        they are kept (cached) and grouped by whole key hash, on the driver or in Spark,
+        and the drill-down takes the rows of the keys that differ from the kept rows. No
+        table is read a third time unless the keys' rows are too many for the driver.
         """
         from pyspark.sql import functions as F
 
         n_rows = sum(n for _, n in self.first_stats.values())
+        width = len(self.rules.key) + 2 * len(self.rules.columns) + 6
         with self.timer.step("level 2"):
             rows = _select(self.spark, self.wide, self.differing, self.first_bits)
+            if n_rows <= DRIVER_ROWS and n_rows * width <= LOCAL_VALUES:
+                return self._rows_on_driver(rows)
             if n_rows <= CACHE_ROWS:
                 rows = self.keep(rows)
             if n_rows <= DRIVER_ROWS:
@@ -142,6 +149,50 @@ class CellSearch:
             inside = rows.join(keys, ["kh"], "left_semi")
         return inside, sampled
 
+    def _rows_on_driver(
+        self, rows: DataFrame
+    ) -> tuple[DataFrame | list[dict[str, Any]], dict[str, Any] | None]:
+        """The rows of the differing cells brought to the driver whole: the keys that differ, and
+        their rows as dicts (with ``n{i}``, each column's value as the drill-down compares it)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark.sql import functions as F
+
+        columns = [c for c in rows.columns if c != "cath"]
+        t = rows.select(*columns, *compared_values(self.rules)).toArrow()
+        found, stats, sampled = _differing_keys(t, self.rules)
+        self.levels.append(_level(2, KEY_BITS, stats))
+        kept = pa.array(found, pa.int64())
+        mine = t.filter(pc.is_in(t["kh"], value_set=kept))
+        if mine.num_rows <= LOCAL_ROWS:
+            return mine.to_pylist(), sampled
+        keys = F.broadcast(self.spark.createDataFrame([(k,) for k in found], "kh bigint"))
+        return rows.join(keys, ["kh"], "left_semi"), sampled  # too many for the driver: read again
+
+
+LOCAL_VALUES = 8_000_000
+"""The rows of the differing cells go to the driver whole when they hold at most this many
+values (rows times columns): a few hundred thousand rows of a narrow table."""
+LOCAL_ROWS = 50_000
+"""The rows of the keys that differ are classified on the driver when at most this many."""
+
+
+def compared_values(rules: Rules) -> list[Column]:
+    """``n{i}``: column i's value as the drill-down compares it (see :mod:`rewind.verify.drill`):
+    a double for a tolerance, microseconds floored to the precision for a timestamp, computed
+    by Spark so that the driver compares exactly what Spark would."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for i, rule in enumerate(rules.columns):
+        c = F.col(f"c{i}")
+        if rule.kind == "numeric":
+            c = c.cast("double")
+        elif rule.kind == "timestamp" and rule.precision_us > 1:
+            c = truncate_micros(F.unix_micros(c.cast("timestamp")), rule.precision_us)
+        out.append(c.alias(f"n{i}"))
+    return out
+
 
 DRIVER_ROWS = 2_000_000
 """Rows of the differing cells up to this many are grouped by key on the driver (Arrow):
@@ -152,24 +203,27 @@ def _keys_on_driver(
     spark: SparkSession, rows: DataFrame, rules: Rules
 ) -> tuple[DataFrame, Stats, dict[str, Any] | None]:
     """The key hashes that differ (a sample of them beyond ``drill_rows``), grouped with pyarrow."""
+    kept, stats, sampled = _differing_keys(rows.select("kh", "w", "side", "h").toArrow(), rules)
+    return spark.createDataFrame([(k,) for k in kept], "kh bigint"), stats, sampled
+
+
+def _differing_keys(t: Any, rules: Rules) -> tuple[list[int], Stats, dict[str, Any] | None]:
+    """The key hashes whose rows (an Arrow table with kh, w, side, h) differ between the sides,
+    a sample of them beyond ``drill_rows``; grouped with pyarrow."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyspark.sql import functions as F
 
-    t = rows.select(
-        "kh",
-        "w",
-        "side",
-        F.shiftright(F.col("h"), 32).alias("hi"),
-        F.col("h").bitwiseAND(F.lit(_U32)).alias("lo"),
-    ).toArrow()
     staging = pc.equal(t["side"], 0)
     zero = pa.scalar(0, pa.int64())
+    h = pc.cast(t["h"], pa.int64())
+    halves = {
+        "hi": pc.shift_right(h, pa.scalar(32, pa.int64())),
+        "lo": pc.bit_wise_and(h, pa.scalar(_U32, pa.int64())),
+    }
     columns = {"kh": t["kh"], "w": pc.cast(t["w"], pa.int64())}
     columns["n_s"] = pc.cast(staging, pa.int64())
     columns["n_r"] = pc.cast(pc.invert(staging), pa.int64())
-    for name in ("hi", "lo"):
-        value = pc.cast(t[name], pa.int64())
+    for name, value in halves.items():
         columns[f"{name}_s"] = pc.if_else(staging, value, zero)
         columns[f"{name}_r"] = pc.if_else(staging, zero, value)
     # a key with a row outside the window is a failure, never sampled: its smallest flag
@@ -191,7 +245,7 @@ def _keys_on_driver(
         # the key hash's high bits pick the sample (its low bits chose the cell)
         kept = [kh for kh, w, _ in found if w == 0 or (kh >> 40) & 1023 < share]
         sampled = {"cells": keys_in, "rows": rows_in, "share": round(share / 1024, 4)}
-    return spark.createDataFrame([(k,) for k in kept], "kh bigint"), stats, sampled
+    return kept, stats, sampled
 
 
 def _keys_in_spark(

@@ -29,16 +29,22 @@ aggregates (per bucket, per cell), counts and a bounded number of sample rows.
    do not name them all): no other pass when nothing differs.
 4. **Keys.** Detecting is kept apart from describing. When cells differ, one more pass
    reads the rows of those cells only (a hash set of the cells, then an exact broadcast
-   semi-join) and keeps them (cached); the second level groups the kept rows by the whole
-   ``kh`` (on the driver with Arrow, or in Spark when they are many): the keys whose counts
-   or sums differ. Their rows are taken from the kept rows (a broadcast semi-join): no
-   table is read a third time. Inside the repaired window, beyond ``drill_rows`` rows of
-   differing keys (dense differences, e.g. a repaired window where every row changed), a
-   sample of them is drilled, and the report says so.
-5. **Drill-down.** One aggregation by key (null keys included) puts each differing key's
-   staging and reference values side by side, and its row counts per side; the values are
-   compared column by column with the tolerances: *missing* (reference only), *extra*
-   (staging only), *changed* (naming the columns that differ) or equal within tolerance.
+   semi-join). When they are few (a few hundred thousand rows of a narrow table) they go to
+   the driver whole as Arrow, where pyarrow groups them by the whole ``kh``: the keys whose
+   counts or sums differ, whose rows are kept there for step 5. Otherwise they are cached
+   and grouped by ``kh`` (on the driver, or in Spark when they are many), and the rows of
+   the differing keys taken from the cache (a broadcast semi-join): no table is read a
+   third time (unless the differing keys' rows are too many for the driver). Inside the
+   repaired window, beyond ``drill_rows`` rows of differing keys (dense differences, e.g. a
+   repaired window where every row changed), a sample of them is drilled, and the report
+   says so.
+5. **Drill-down.** On the driver when step 4 kept the rows there (the same classification,
+   on values Spark prepared for it: no Spark query, whose fixed cost is most of the work
+   for a few thousand rows); otherwise in Spark: one aggregation by key (null keys
+   included) puts each differing key's staging and reference values side by side, and its
+   row counts per side; the values are compared column by column with the tolerances:
+   *missing* (reference only), *extra* (staging only), *changed* (naming the columns that
+   differ) or equal within tolerance.
    In ``repair`` mode a difference is a *change* when every side's row lies inside the
    repaired window, and a failure otherwise.
 
@@ -55,7 +61,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rewind.verify.cells import MAX_BUCKETS, MAX_CATEGORIES, CellSearch, first_bits
-from rewind.verify.drill import drill_down, empty_drill
+from rewind.verify.drill import drill_down, drill_local, empty_drill
 from rewind.verify.prepare import NULL_CATEGORY, bucket_label, prepare_side
 from rewind.verify.rules import Rules
 from rewind.verify.spark_util import Timer, spark_types
@@ -94,7 +100,7 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
         else:
             inside, sampled = search.rows_that_differ()
             with timer.step("drill-down"):
-                drill = drill_down(inside, rules)
+                drill = drill_local(inside, rules) if isinstance(inside, list) else drill_down(inside, rules)
         drill["changes"]["sampled"] = sampled
         by_bucket, by_category = drill.pop("_by_bucket"), drill.pop("_by_category")
         result.update(drill)

@@ -5,6 +5,7 @@ See :mod:`rewind.verify.compare` for the whole algorithm.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from rewind.verify.prepare import any_of, bucket_label, truncate_micros
@@ -286,3 +287,103 @@ def _sample_row(d: dict[str, Any], kind: str, rules: Rules) -> dict[str, Any]:
     tb = d.get("tb_row")
     row["bucket"] = bucket_label(int(tb), rules) if tb is not None else None
     return row
+
+
+def drill_local(rows: list[dict[str, Any]], rules: Rules) -> dict[str, Any]:
+    """:func:`drill_down` on the driver, for the few rows of the keys that differ (as dicts).
+
+    The same classification as the Spark query, without its fixed cost: each value is
+    compared as Spark would (``n{i}``, computed by Spark: a double for a tolerance, floored
+    microseconds for a timestamp; Spark's NaN equals NaN and is above every number).
+    """
+    nk, has_cat = len(rules.key), rules.category is not None
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for d in rows:
+        groups.setdefault(tuple(_hashable(d[f"k{i}"]) for i in range(nk)), []).append(d)
+    names = [f"c{i}" for i in range(len(rules.columns))] + [f"n{i}" for i in range(len(rules.columns))]
+    names += ["w", "tb", *(["cat"] if has_cat else [])]
+    out = []
+    for key_rows in groups.values():
+        row: dict[str, Any] = {}
+        for side, p in ((0, "s_"), (1, "r_")):
+            mine = [d for d in key_rows if d["side"] == side]
+            row[f"{p}n"] = len(mine)
+            for i in range(nk):
+                row[f"{p}k{i}"] = mine[0][f"k{i}"] if mine else None
+            for name in names:  # F.first(..., ignorenulls=True)
+                row[p + name] = next((d[name] for d in mine if d[name] is not None), None)
+        s_p, r_p = row["s_n"] > 0, row["r_n"] > 0
+        diff_cols = [r.name for i, r in enumerate(rules.columns) if s_p and r_p and _differs_local(row, i, r)]
+        if not s_p:
+            status = "missing"
+        elif not r_p:
+            status = "extra"
+        elif diff_cols:
+            status = "changed"
+        elif any(
+            r.kind == "numeric" and not _same(row[f"s_c{i}"], row[f"r_c{i}"])
+            for i, r in enumerate(rules.columns)
+        ):
+            status = "tolerated"
+        else:
+            status = "equal"
+        if status == "equal" and row["s_n"] <= 1 and row["r_n"] <= 1:
+            continue
+        in_window = (not s_p or row["s_w"] == 1) and (not r_p or row["r_w"] == 1)
+        row.update(
+            status=status,
+            change=in_window if rules.mode == "repair" else False,
+            diff_cols=diff_cols,
+            tb_row=row["s_tb"] if row["s_tb"] is not None else row["r_tb"],
+            cat_row=(row["s_cat"] if row["s_cat"] is not None else row["r_cat"]) if has_cat else None,
+        )
+        out.append(row)
+    tally = _Tally(rules)
+    _tally_rows(tally, out, rules)
+    return tally.result(has_cat)
+
+
+def _hashable(value: Any) -> Any:
+    """A grouping key as Spark groups: NaN equals NaN; arrays and structs by value."""
+    if isinstance(value, float) and math.isnan(value):
+        return ("NaN",)
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    return value
+
+
+def _same(s: Any, r: Any) -> bool:
+    """Spark's ``<=>``: null equals null, NaN equals NaN."""
+    if s is None or r is None:
+        return s is None and r is None
+    if isinstance(s, float) and isinstance(r, float) and math.isnan(s) and math.isnan(r):
+        return True
+    return bool(s == r)
+
+
+def _at_most(a: float, b: float) -> bool:
+    """Spark's ``a <= b`` on doubles: NaN equals NaN and is above every number."""
+    if math.isnan(b):
+        return True
+    return not math.isnan(a) and a <= b
+
+
+def _differs_local(row: dict[str, Any], i: int, rule: ColumnRule) -> bool:
+    """:func:`_differs` for two present rows, on the values Spark prepared (``n{i}``)."""
+    s, r = row[f"s_c{i}"], row[f"r_c{i}"]
+    if rule.kind == "numeric":
+        if s is None and r is None:
+            return not rule.nulls_equal
+        if s is None or r is None:
+            return True
+        if _same(s, r):
+            return False
+        sd, rd = row[f"s_n{i}"], row[f"r_n{i}"]
+        return not _at_most(abs(sd - rd), rule.abs + rule.rel * abs(rd))
+    if rule.kind == "timestamp" and rule.precision_us > 1:
+        s, r = row[f"s_n{i}"], row[f"r_n{i}"]
+    if rule.nulls_equal:
+        return not _same(s, r)
+    return s is None or r is None or not _same(s, r)
