@@ -228,11 +228,24 @@ def _differing_keys(t: Any, rules: Rules) -> tuple[list[int], Stats, dict[str, A
         columns[f"{name}_r"] = pc.if_else(staging, zero, value)
     # a key with a row outside the window is a failure, never sampled: its smallest flag
     per_key = pa.table(columns).group_by("kh").aggregate([("w", "min"), *[(name, "sum") for name in _SUMS]])
-    c = {name: per_key[f"{name}_sum"].to_pylist() for name in _SUMS}
-    found: list[tuple[int, int, int]] = []
-    for i, (kh, w) in enumerate(zip(per_key["kh"].to_pylist(), per_key["w_min"].to_pylist(), strict=True)):
-        if c["n_s"][i] != c["n_r"][i] or c["hi_s"][i] != c["hi_r"][i] or c["lo_s"][i] != c["lo_r"][i]:
-            found.append((kh, w, c["n_s"][i] + c["n_r"][i]))
+    # filtered with pyarrow first: most keys of a differing cell agree, and a Python loop over
+    # them all cost the driver more CPU than the rest of this step
+    differs = pc.or_(
+        pc.not_equal(per_key["n_s_sum"], per_key["n_r_sum"]),
+        pc.or_(
+            pc.not_equal(per_key["hi_s_sum"], per_key["hi_r_sum"]),
+            pc.not_equal(per_key["lo_s_sum"], per_key["lo_r_sum"]),
+        ),
+    )
+    per_key = per_key.filter(differs)
+    found = list(
+        zip(
+            per_key["kh"].to_pylist(),
+            per_key["w_min"].to_pylist(),
+            pc.add(per_key["n_s_sum"], per_key["n_r_sum"]).to_pylist(),
+            strict=True,
+        )
+    )
     stats: Stats = {}
     for _, w, n in found:
         keys, held = stats.get(w, (0, 0))
