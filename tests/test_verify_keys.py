@@ -76,3 +76,31 @@ def test_dense_changes_in_the_repaired_window_are_sampled(spark: Any, sides: tup
     changed = report["changes"]["changed"]
     assert 0.5 * ROWS * sampled["share"] < changed < 1.5 * ROWS * sampled["share"]  # about the share
     assert report["state"]["changed"] == 0  # nothing outside the window
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_nan_and_null_are_compared_as_spark_compares_them(
+    spark: Any, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    # the drill-down runs in Python on the driver path: NaN equals NaN (Spark's <=>), a null
+    # differs from a value, and both paths classify the same rows the same way
+    if path == "spark":
+        monkeypatch.setattr(cells, "DRIVER_ROWS", 0)
+    nan, schema = float("nan"), "order_id bigint, x double, y double, z string"
+    staging = spark.createDataFrame(
+        [(1, nan, nan, "a"), (2, 1.0, nan, "a"), (3, None, 2.0, None), (4, 5.0, 5.0, "b")], schema
+    )
+    reference = spark.createDataFrame(
+        [(1, nan, nan, "a"), (2, 1.0, 3.0, "a"), (3, None, None, "c"), (4, 5.001, 5.0, "b")], schema
+    )
+    v = Verify.model_validate(
+        {
+            "reference": {"iceberg": "a.b"},
+            "key": ["order_id"],
+            "compare": {"x": {"abs": 0.01}, "y": "exact", "z": "exact"},
+        }
+    )
+    report = verify_frames(spark, staging, reference, v)
+    changed = {s["key"]["order_id"]: sorted(s["columns"]) for s in report["state"]["changed_sample"]}
+    assert changed == {2: ["y"], 3: ["y", "z"]}
+    assert report["state"]["within_tolerance"] == 1  # order 4's x: 5.0 against 5.001
