@@ -83,24 +83,27 @@ def test_nan_and_null_are_compared_as_spark_compares_them(
     spark: Any, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     # the drill-down runs in Python on the driver path: NaN equals NaN (Spark's <=>), a null
-    # differs from a value, and both paths classify the same rows the same way
+    # differs from a value, a number is not within any tolerance of a NaN or an infinity, and
+    # both paths classify the same rows the same way
     if path == "spark":
         monkeypatch.setattr(cells, "DRIVER_ROWS", 0)
-    nan, schema = float("nan"), "order_id bigint, x double, y double, z string"
+    nan, inf, schema = float("nan"), float("inf"), "order_id bigint, x double, y double, z string"
     staging = spark.createDataFrame(
-        [(1, nan, nan, "a"), (2, 1.0, nan, "a"), (3, None, 2.0, None), (4, 5.0, 5.0, "b")], schema
+        [(1, nan, nan, "a"), (2, 1.0, nan, "a"), (3, None, 2.0, None), (4, 5.0, 5.0, "b"),
+         (5, 1.0, 0.0, "d"), (6, inf, 0.0, "d"), (7, inf, 0.0, "d")], schema
     )
     reference = spark.createDataFrame(
-        [(1, nan, nan, "a"), (2, 1.0, 3.0, "a"), (3, None, None, "c"), (4, 5.001, 5.0, "b")], schema
+        [(1, nan, nan, "a"), (2, 1.0, 3.0, "a"), (3, None, None, "c"), (4, 5.001, 5.0, "b"),
+         (5, nan, 0.0, "d"), (6, 1.0, 0.0, "d"), (7, inf, 0.0, "d")], schema
     )
     v = Verify.model_validate(
         {
             "reference": {"iceberg": "a.b"},
             "key": ["order_id"],
-            "compare": {"x": {"abs": 0.01}, "y": "exact", "z": "exact"},
+            "compare": {"x": {"abs": 0.01, "rel": 0.5}, "y": "exact", "z": "exact"},
         }
     )
     report = verify_frames(spark, staging, reference, v)
     changed = {s["key"]["order_id"]: sorted(s["columns"]) for s in report["state"]["changed_sample"]}
-    assert changed == {2: ["y"], 3: ["y", "z"]}
+    assert changed == {2: ["y"], 3: ["y", "z"], 5: ["x"], 6: ["x"]}
     assert report["state"]["within_tolerance"] == 1  # order 4's x: 5.0 against 5.001

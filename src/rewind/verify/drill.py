@@ -263,7 +263,11 @@ def _differs(s: Column, r: Column, rule: ColumnRule) -> Column:
     both = F.col("s_p").isNotNull() & F.col("r_p").isNotNull()
     if rule.kind == "numeric":
         sd, rd = s.cast("double"), r.cast("double")
-        close = F.abs(sd - rd) <= F.lit(rule.abs) + F.lit(rule.rel) * F.abs(rd)
+        # a tolerance holds between two finite numbers only: in Spark NaN <= NaN is true, so
+        # a number against a NaN (|s - NaN| <= abs + rel * NaN) or an infinity (inf <= inf)
+        # would pass as close; equal NaNs and infinities are equal through <=> below
+        finite = (F.abs(sd) < F.lit(math.inf)) & (F.abs(rd) < F.lit(math.inf))
+        close = finite & (F.abs(sd - rd) <= F.lit(rule.abs) + F.lit(rule.rel) * F.abs(rd))
         equal = F.when(s.isNull() & r.isNull(), F.lit(rule.nulls_equal)).otherwise(
             F.coalesce(s.eqNullSafe(r) & s.isNotNull() | close, F.lit(False))
         )
@@ -363,13 +367,6 @@ def _same(s: Any, r: Any) -> bool:
     return bool(s == r)
 
 
-def _at_most(a: float, b: float) -> bool:
-    """Spark's ``a <= b`` on doubles: NaN equals NaN and is above every number."""
-    if math.isnan(b):
-        return True
-    return not math.isnan(a) and a <= b
-
-
 def _differs_local(row: dict[str, Any], i: int, rule: ColumnRule) -> bool:
     """:func:`_differs` for two present rows, on the values Spark prepared (``n{i}``)."""
     s, r = row[f"s_c{i}"], row[f"r_c{i}"]
@@ -381,7 +378,8 @@ def _differs_local(row: dict[str, Any], i: int, rule: ColumnRule) -> bool:
         if _same(s, r):
             return False
         sd, rd = row[f"s_n{i}"], row[f"r_n{i}"]
-        return not _at_most(abs(sd - rd), rule.abs + rule.rel * abs(rd))
+        close = math.isfinite(sd) and math.isfinite(rd) and abs(sd - rd) <= rule.abs + rule.rel * abs(rd)
+        return not close
     if rule.kind == "timestamp" and rule.precision_us > 1:
         s, r = row[f"s_n{i}"], row[f"r_n{i}"]
     if rule.nulls_equal:
