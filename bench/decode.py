@@ -120,21 +120,26 @@ def main() -> None:
         settings = load_settings(env={"REWIND_BOOTSTRAP_SERVERS": bootstrap, "REWIND_STATE_DIR": str(state)})
         spark = session(settings, app_name="bench-decode")
         spark.range(1).count()
-        spec = parse_spec(
-            {
-                "name": "bench",
-                "source": {"kafka": {"topics": [topic]}},
-                "decode": {"format": "json", "schema": SCHEMA},
-                "translate": {"function": "bench.job_translate:order_amount", "version": "1"},
-                "key": ["order_id"],
-                "sink": {"iceberg": {"table": "bench.order_amounts"}},
-                "run": {"work_unit_records": 250_000},
-            }
-        )
-        t0 = time.perf_counter()
-        outcome = run_job(settings, spec)
-        rates["rewind run (JSON job, bulk decode)"] = n / (time.perf_counter() - t0)
-        assert outcome.counts.records_read == n == outcome.counts.rows_out, outcome.to_dict()
+        # twice into fresh tables: the first run is also the JVM's first Python job (its
+        # Python runner's classes and JIT, ~1-3 s once per session, as a fresh `rewind run`
+        # pays); the second is a run on a warm session, as small_job.py and scale.py measure
+        runs = (("first run, cold session", "order_amounts"), ("warm session", "order_amounts_2"))
+        for label, table in runs:
+            spec = parse_spec(
+                {
+                    "name": f"bench-{table}",
+                    "source": {"kafka": {"topics": [topic]}},
+                    "decode": {"format": "json", "schema": SCHEMA},
+                    "translate": {"function": "bench.job_translate:order_amount", "version": "1"},
+                    "key": ["order_id"],
+                    "sink": {"iceberg": {"table": f"bench.{table}"}},
+                    "run": {"work_unit_records": 250_000},
+                }
+            )
+            t0 = time.perf_counter()
+            outcome = run_job(settings, spec)
+            rates[f"rewind run ({label})"] = n / (time.perf_counter() - t0)
+            assert outcome.counts.records_read == n == outcome.counts.rows_out, outcome.to_dict()
         spark.stop()
     shutil.rmtree(state, ignore_errors=True)
 
@@ -152,9 +157,11 @@ def main() -> None:
     print("## end to end")
     for key, value in rates.items():
         print(f"{key:42s} {value:>12,.0f} rec/s")
-    ratio = rates["rewind run (JSON job, bulk decode)"] / fetch
-    print(f"{'run / bare fetch':42s} {ratio:12.2f}")
-    print(json.dumps({"stages_s_per_million": stages, "rates": rates, "run_over_fetch": ratio}))
+    labels = ("first run, cold session", "warm session")
+    ratios = {label: rates[f"rewind run ({label})"] / fetch for label in labels}
+    for label, ratio in ratios.items():
+        print(f"{'run / bare fetch, ' + label:42s} {ratio:12.2f}   (target >= 0.8)")
+    print(json.dumps({"stages_s_per_million": stages, "rates": rates, "run_over_fetch": ratios}))
 
 
 if __name__ == "__main__":
