@@ -36,6 +36,30 @@ from common import bare_consume, bare_produce, broker, create_topic, machine, st
 SCHEMA = {"order_id": "long", "status": "string", "amount": "double"}
 
 
+def json_job(
+    topic: str, table: str, to: dict[int, int] | None = None, work_unit_records: int | None = None
+) -> Any:
+    """The JSON job of the decode, profile and scale benches: ``decode.schema``, the pandas
+    translate (bench/job_translate.py), Iceberg staging into ``table``; ``to``: offsets per
+    partition where the window ends (default: the log end)."""
+    from rewind.spec import parse_spec
+
+    kafka: dict[str, Any] = {"topics": [topic]}
+    if to is not None:
+        kafka["to"] = {topic: {str(p): o for p, o in to.items()}}
+    spec: dict[str, Any] = {
+        "name": table.replace(".", "-").replace("_", "-"),
+        "source": {"kafka": kafka},
+        "decode": {"format": "json", "schema": SCHEMA},
+        "translate": {"function": "bench.job_translate:order_amount", "version": "1"},
+        "key": ["order_id"],
+        "sink": {"iceberg": {"table": table}},
+    }
+    if work_unit_records is not None:
+        spec["run"] = {"work_unit_records": work_unit_records}
+    return parse_spec(spec)
+
+
 def best(fn: Any, repeat: int = 3) -> float:
     times = []
     for _ in range(repeat):
@@ -103,8 +127,6 @@ def main() -> None:
     from rewind.config import load_settings
     from rewind.job.service import run_job
     from rewind.spark import session
-    from rewind.spec import parse_spec
-
     stages = stage_times()
     state = Path(tempfile.mkdtemp(prefix="bench-decode-"))
     rates: dict[str, float] = {}
@@ -125,17 +147,7 @@ def main() -> None:
         # pays); the second is a run on a warm session, as small_job.py and scale.py measure
         runs = (("first run, cold session", "order_amounts"), ("warm session", "order_amounts_2"))
         for label, table in runs:
-            spec = parse_spec(
-                {
-                    "name": f"bench-{table}",
-                    "source": {"kafka": {"topics": [topic]}},
-                    "decode": {"format": "json", "schema": SCHEMA},
-                    "translate": {"function": "bench.job_translate:order_amount", "version": "1"},
-                    "key": ["order_id"],
-                    "sink": {"iceberg": {"table": f"bench.{table}"}},
-                    "run": {"work_unit_records": 250_000},
-                }
-            )
+            spec = json_job(topic, f"bench.{table}", work_unit_records=250_000)
             t0 = time.perf_counter()
             outcome = run_job(settings, spec)
             rates[f"rewind run ({label})"] = n / (time.perf_counter() - t0)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from common import bare_consume, bare_produce, broker, create_topic, machine, stamp  # noqa: E402
-from decode import SCHEMA  # noqa: E402
+from decode import json_job  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -76,25 +76,6 @@ def cpu_groups() -> dict[str, float]:
     return out
 
 
-def spec_for(topic: str, table: str, to: dict[int, int] | None = None) -> Any:
-    from rewind.spec import parse_spec
-
-    kafka: dict[str, Any] = {"topics": [topic]}
-    if to is not None:
-        kafka["to"] = {topic: {str(p): o for p, o in to.items()}}
-    return parse_spec(
-        {
-            "name": table.replace(".", "-").replace("_", "-"),
-            "source": {"kafka": kafka},
-            "decode": {"format": "json", "schema": SCHEMA},
-            "translate": {"function": "bench.job_translate:order_amount", "version": "1"},
-            "key": ["order_id"],
-            "sink": {"iceberg": {"table": table}},
-            "run": {"work_unit_records": 250_000},
-        }
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -125,7 +106,8 @@ def main() -> None:
         settings = load_settings(env={"REWIND_BOOTSTRAP_SERVERS": bootstrap, "REWIND_STATE_DIR": str(state)})
         spark = session(settings, app_name="bench-profile")
         spark.range(1).count()
-        run_job(settings, spec_for(topic, "bench.warmup", {p: 5_000 for p in range(parts)}))
+        warmup = json_job(topic, "bench.warmup", {p: 5_000 for p in range(parts)}, work_unit_records=250_000)
+        run_job(settings, warmup)
         results = []
         modes = args.modes.split(",")
         runs = [(r, m) for r in range(args.repeat) for m in (modes if r % 2 == 0 else modes[::-1])]
@@ -137,7 +119,7 @@ def main() -> None:
             c1 = cpu_groups()
             fetch_cpu = {k: c1[k] - c0[k] for k in c0}
             assert got == n
-            spec = spec_for(topic, f"bench.profile_{i}")
+            spec = json_job(topic, f"bench.profile_{i}", work_unit_records=250_000)
             c0, t0 = cpu_groups(), time.perf_counter()
             timings: list[dict[str, Any]] = []
             profiler = None

@@ -38,27 +38,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from common import bare_produce, broker, create_topic, machine, stamp  # noqa: E402
-from decode import SCHEMA  # noqa: E402
+from decode import json_job  # noqa: E402
 
 MILLION = 1_000_000
-
-
-def spec_for(topic: str, table: str, to: dict[int, int] | None = None) -> Any:
-    from rewind.spec import parse_spec
-
-    kafka: dict[str, Any] = {"topics": [topic]}
-    if to is not None:
-        kafka["to"] = {topic: {str(p): o for p, o in to.items()}}
-    return parse_spec(
-        {
-            "name": table.replace(".", "-").replace("_", "-"),
-            "source": {"kafka": kafka},
-            "decode": {"format": "json", "schema": SCHEMA},
-            "translate": {"function": "bench.job_translate:order_amount", "version": "1"},
-            "key": ["order_id"],
-            "sink": {"iceberg": {"table": table}},
-        }
-    )
 
 
 def records_curve(settings: Any, bootstrap: str, sizes: list[int], parts: int) -> list[dict[str, float]]:
@@ -71,7 +53,7 @@ def records_curve(settings: Any, bootstrap: str, sizes: list[int], parts: int) -
     produce_rate = bare_produce(conf, topic, max(sizes), parts)
     took = time.perf_counter() - t0
     print(f"filled {topic}: {max(sizes):,} records in {took:.0f} s ({produce_rate:,.0f}/s)")
-    run_job(settings, spec_for(topic, "bench.scale_warmup", {p: 10_000 for p in range(parts)}))
+    run_job(settings, json_job(topic, "bench.scale_warmup", {p: 10_000 for p in range(parts)}))
     rows: list[dict[str, float]] = []
     for size in sizes:
         # bare_produce spreads record i to partition i % parts: the first `size` records end
@@ -79,7 +61,7 @@ def records_curve(settings: Any, bootstrap: str, sizes: list[int], parts: int) -
         to = {p: size // parts + (1 if p < size % parts else 0) for p in range(parts)}
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
-        outcome = run_job(settings, spec_for(topic, f"bench.scale_{size}", to))
+        outcome = run_job(settings, json_job(topic, f"bench.scale_{size}", to))
         wall = time.perf_counter() - t0
         assert outcome.counts.records_read == size == outcome.counts.rows_out, outcome.to_dict()
         rows.append({"records": size, "wall_s": wall, "s_per_million": wall / (size / MILLION), "load": load})
@@ -96,7 +78,7 @@ def planning_curve(settings: Any, bootstrap: str, counts: list[int]) -> list[dic
         topic = f"bench-plan-{n}"
         create_topic(conf, topic, n)
         bare_produce(conf, topic, 10 * n, n)
-        spec = spec_for(topic, f"bench.plan_{n}")
+        spec = json_job(topic, f"bench.plan_{n}")
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
