@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rewind.spec import Verify
 from rewind.verify import cells
@@ -107,3 +109,21 @@ def test_nan_and_null_are_compared_as_spark_compares_them(
     changed = {s["key"]["order_id"]: sorted(s["columns"]) for s in report["state"]["changed_sample"]}
     assert changed == {2: ["y"], 3: ["y", "z"], 5: ["x"], 6: ["x"]}
     assert report["state"]["within_tolerance"] == 1  # order 4's x: 5.0 against 5.001
+
+
+@given(
+    value=st.floats(allow_nan=True, allow_infinity=True, width=32),
+    expected=st.floats(allow_nan=True, allow_infinity=True, width=32),
+    abs_tol=st.sampled_from([0.0, 0.01, 1.0]),
+    rel_tol=st.sampled_from([0.0, 0.001, 0.5]),
+)
+def test_an_assertion_tolerance_is_numpys_isclose(
+    value: float, expected: float, abs_tol: float, rel_tol: float
+) -> None:
+    # the row-level assertions' tolerance: NaN equals NaN, an infinity only itself
+    import numpy as np
+
+    from rewind.verify.assertions import within
+
+    want = bool(np.isclose(value, expected, rtol=rel_tol, atol=abs_tol, equal_nan=True))
+    assert within(value, expected, abs_tol, rel_tol) is want

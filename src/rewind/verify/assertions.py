@@ -38,9 +38,14 @@ def _number(value: Any) -> float | None:
 
 
 def within(value: float, expected: float, abs_tol: float | None, rel_tol: float | None) -> bool:
-    """``|value - expected| <= abs + rel * |expected|`` (numpy's isclose); NaN equals NaN."""
+    """``|value - expected| <= abs + rel * |expected|`` (numpy's isclose); NaN equals NaN.
+
+    An infinity is within a tolerance of the same infinity only: by the formula alone a
+    finite value would be within ``rel * inf`` of one."""
     if math.isnan(value) or math.isnan(expected):
         return math.isnan(value) and math.isnan(expected)
+    if math.isinf(value) or math.isinf(expected):
+        return value == expected
     return abs(value - expected) <= (abs_tol or 0.0) + (rel_tol or 0.0) * abs(expected)
 
 

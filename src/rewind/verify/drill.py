@@ -298,7 +298,8 @@ def drill_local(rows: list[dict[str, Any]], rules: Rules) -> dict[str, Any]:
 
     The same classification as the Spark query, without its fixed cost: each value is
     compared as Spark would (``n{i}``, computed by Spark: a double for a tolerance, floored
-    microseconds for a timestamp; Spark's NaN equals NaN and is above every number).
+    microseconds for a timestamp; Spark's NaN equals NaN, and a tolerance holds between two
+    finite numbers only, as in :func:`_differs`).
     """
     nk, has_cat = len(rules.key), rules.category is not None
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
