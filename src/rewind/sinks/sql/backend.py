@@ -121,10 +121,21 @@ class Backend:
     def create_like(self, tx: Tx, target: TableName, staging: TableName) -> None:
         raise NotImplementedError
 
+    def column_type(self, kind: pa.DataType) -> str:
+        """The SQL type this database stores an Arrow type as."""
+        raise NotImplementedError
+
     def create_new(
         self, tx: Tx, staging: TableName, schema: pa.Schema, conflict: list[str], index_name: str
     ) -> None:
-        raise NotImplementedError
+        """A new table of ``schema``, with a unique index ``index_name`` on the conflict key."""
+        cols = ", ".join(
+            f"{quote_ident(f.name)} {self.column_type(f.type)}{'' if f.nullable else ' NOT NULL'}"
+            for f in schema
+        )
+        tx.cur.execute(f"CREATE TABLE {staging.sql} ({cols})")
+        keys = ", ".join(quote_ident(c) for c in conflict)
+        tx.cur.execute(f"CREATE UNIQUE INDEX {quote_ident(index_name)} ON {staging.sql} ({keys})")
 
     def fingerprint(self, tx: Tx, name: TableName) -> tuple[int, str]:
         raise NotImplementedError

@@ -155,15 +155,8 @@ class PostgresBackend(Backend):
         for conname, definition in cur.fetchall():
             cur.execute(f"ALTER TABLE {s} ADD CONSTRAINT {quote_ident(conname)} {definition}")
 
-    def create_new(
-        self, tx: Tx, staging: TableName, schema: pa.Schema, conflict: list[str], index_name: str
-    ) -> None:
-        cols = ", ".join(
-            f"{quote_ident(f.name)} {pg_type(f.type)}{'' if f.nullable else ' NOT NULL'}" for f in schema
-        )
-        tx.cur.execute(f"CREATE TABLE {staging.sql} ({cols})")
-        keys = ", ".join(quote_ident(c) for c in conflict)
-        tx.cur.execute(f"CREATE UNIQUE INDEX {quote_ident(index_name)} ON {staging.sql} ({keys})")
+    def column_type(self, kind: pa.DataType) -> str:
+        return pg_type(kind)
 
     def fingerprint(self, tx: Tx, name: TableName) -> tuple[int, str]:
         """Row count and the sum of a 64-bit hash of every row's text: equal iff (almost surely) same rows."""

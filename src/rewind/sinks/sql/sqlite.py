@@ -94,15 +94,8 @@ class SqliteBackend(Backend):
         names = ", ".join(quote_ident(c.name) for c in cols)
         tx.cur.execute(f"INSERT INTO {staging.sql} ({names}) SELECT {names} FROM {target.sql}")
 
-    def create_new(
-        self, tx: Tx, staging: TableName, schema: pa.Schema, conflict: list[str], index_name: str
-    ) -> None:
-        cols = ", ".join(
-            f"{quote_ident(f.name)} {sqlite_type(f.type)}{'' if f.nullable else ' NOT NULL'}" for f in schema
-        )
-        tx.cur.execute(f"CREATE TABLE {staging.sql} ({cols})")
-        keys = ", ".join(quote_ident(c) for c in conflict)
-        tx.cur.execute(f"CREATE UNIQUE INDEX {quote_ident(index_name)} ON {staging.sql} ({keys})")
+    def column_type(self, kind: pa.DataType) -> str:
+        return sqlite_type(kind)
 
     def fingerprint(self, tx: Tx, name: TableName) -> tuple[int, str]:
         tx.cur.execute(f"SELECT * FROM {name.sql}")
