@@ -328,6 +328,10 @@ def main() -> None:
     print(f"{'    bare loop in one transaction (once)':50s} {bare_txn_rate:>12,.0f} rows/s")
     print(f"{'(c) bare re-produce script (once)':50s} {script_rate:>12,.0f} rows/s")
     print(f"{'a/b (median of the per-repeat ratios)':50s} {ratio:12.2f}   (target >= 0.7)")
+    print(
+        f"{'    per repeat (the first: the JVM runs its first Python job)':50s} "
+        + ", ".join(f"{r['ratio']:.2f}" for r in reps)
+    )
     print(f"{'a/c':50s} {rewind_rate / script_rate:12.2f}")
     print(f"{'wave only (Spark tasks read, translate, produce)':50s} {wave_rate:>12,.0f} rows/s")
     if args.json:
