@@ -25,8 +25,8 @@ def test_the_session_runs_jobs(spark: Any) -> None:
 
 
 def test_pyspark_query_context_capture_is_off(spark: Any) -> None:
-    """PySpark's capture costs 4-5 py4j round trips per ``functions`` call (a third of a
-    verify's plan building) for a context Rewind's one-line errors do not show."""
+    """PySpark's capture costs 4-5 py4j round trips per ``functions`` call (70% of those of
+    a verify's plan building) for a context Rewind's one-line errors do not show."""
     from pyspark.errors.utils import is_debugging_enabled
 
     assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"

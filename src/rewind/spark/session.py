@@ -32,9 +32,9 @@ _DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "8",
     "spark.python.worker.reuse": "true",
     # PySpark's query-context capture: 4-5 py4j round trips on every `functions` call (the
-    # active session, the conf, the call site set and cleared), a third of a verify's plan
-    # building. What it captures is printed by loggers Rewind silences anyway (errors are
-    # reported on one line: see _quiet_query_context_loggers).
+    # active session, the conf, the call site set and cleared), 70% of the round trips of
+    # a verify's plan building. What it captures is printed by loggers Rewind silences
+    # anyway (errors are reported on one line: see _quiet_query_context_loggers).
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 _LOCAL_CONF = {
