@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from rewind.verify.assertions import within
 from rewind.verify.prepare import any_of, bucket_label, truncate_micros
 from rewind.verify.rules import ColumnRule, Rules
 from rewind.verify.spark_util import plain
@@ -378,9 +379,9 @@ def _differs_local(row: dict[str, Any], i: int, rule: ColumnRule) -> bool:
             return True
         if _same(s, r):
             return False
-        sd, rd = row[f"s_n{i}"], row[f"r_n{i}"]
-        close = math.isfinite(sd) and math.isfinite(rd) and abs(sd - rd) <= rule.abs + rule.rel * abs(rd)
-        return not close
+        # the tolerance as the row assertions apply it (numpy's isclose): equal NaNs and
+        # infinities were settled by _same, a finite number is never close to either
+        return not within(row[f"s_n{i}"], row[f"r_n{i}"], rule.abs, rule.rel)
     if rule.kind == "timestamp" and rule.precision_us > 1:
         s, r = row[f"s_n{i}"], row[f"r_n{i}"]
     if rule.nulls_equal:
