@@ -34,6 +34,8 @@ sys.path.insert(0, str(HERE.parent))
 from common import bare_consume, bare_produce, broker, create_topic, machine, stamp, value_of  # noqa: E402
 
 SCHEMA = {"order_id": "long", "status": "string", "amount": "double"}
+RUNS = (("first run, cold session", "order_amounts"), ("warm session", "order_amounts_2"))
+"""The end-to-end job's two runs: (label, table)."""
 
 
 def json_job(
@@ -127,6 +129,7 @@ def main() -> None:
     from rewind.config import load_settings
     from rewind.job.service import run_job
     from rewind.spark import session
+
     stages = stage_times()
     state = Path(tempfile.mkdtemp(prefix="bench-decode-"))
     rates: dict[str, float] = {}
@@ -145,8 +148,7 @@ def main() -> None:
         # twice into fresh tables: the first run is also the JVM's first Python job (its
         # Python runner's classes and JIT, ~1-3 s once per session, as a fresh `rewind run`
         # pays); the second is a run on a warm session, as small_job.py and scale.py measure
-        runs = (("first run, cold session", "order_amounts"), ("warm session", "order_amounts_2"))
-        for label, table in runs:
+        for label, table in RUNS:
             spec = json_job(topic, f"bench.{table}", work_unit_records=250_000)
             t0 = time.perf_counter()
             outcome = run_job(settings, spec)
@@ -169,8 +171,7 @@ def main() -> None:
     print("## end to end")
     for key, value in rates.items():
         print(f"{key:42s} {value:>12,.0f} rec/s")
-    labels = ("first run, cold session", "warm session")
-    ratios = {label: rates[f"rewind run ({label})"] / fetch for label in labels}
+    ratios = {label: rates[f"rewind run ({label})"] / fetch for label, _ in RUNS}
     for label, ratio in ratios.items():
         print(f"{'run / bare fetch, ' + label:42s} {ratio:12.2f}   (target >= 0.8)")
     print(json.dumps({"stages_s_per_million": stages, "rates": rates, "run_over_fetch": ratios}))
