@@ -174,12 +174,18 @@ def main() -> None:
         )
         print(f"(a) count(*) of both sides          {a:8.2f} s")
         print(f"(s) hash every compared column      {s:8.2f} s   s/a = {s / a:5.2f}")
-        print(f"(b) verify, no difference           {b:8.2f} s   b/a = {b / a:5.2f}   b/s = {b / s:5.2f}")
+        print(
+            f"(b) verify, no difference           {b:8.2f} s   b/a = {b / a:5.2f}   b/s = {b / s:5.2f}"
+            "   (target b/s <= 1.5)"
+        )
         print(
             f"(c) verify, {expected:,} rows differ{'':<{max(0, 10 - len(f'{expected:,}'))}}"
             f"{c:8.2f} s   c/a = {c / a:5.2f}   c/s = {c / s:5.2f}"
         )
-        print(f"(j) plain full outer join, for context {j:8.2f} s   j/a = {j / a:5.2f}   j/c = {j / c:5.2f}")
+        print(
+            f"(j) plain full outer join            {j:8.2f} s   j/a = {j / a:5.2f}   "
+            f"c/j = {c / j:5.2f}   (target c/j <= 0.5)"
+        )
         cpu = {k: max(v, 0.01) for k, v in CPU.items()}
         print(
             f"JVM CPU seconds (less swayed by other load): a {cpu['a']:.2f}, s {cpu['s']:.2f}, "
@@ -203,6 +209,7 @@ def main() -> None:
                     "c_over_a": round(c / a, 2),
                     "b_over_s": round(b / s, 2),
                     "c_over_s": round(c / s, 2),
+                    "c_over_j": round(c / j, 2),
                     "j_join_s": round(j, 3),
                     "cpu_s": {k: round(v, 3) for k, v in CPU.items()},
                     "load": [round(x, 1) for x in os.getloadavg()],
