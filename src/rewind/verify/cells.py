@@ -92,11 +92,12 @@ class CellSearch:
 
         if self.rules.category is None:
             return []
+        per_side = table.group_by(["cath", "side"]).aggregate([("n", "sum")])
         counts: dict[int, list[int]] = {}
         for cath, side, n in zip(
-            table.column("cath").to_pylist(),
-            table.column("side").to_pylist(),
-            table.column("n").to_pylist(),
+            per_side.column("cath").to_pylist(),
+            per_side.column("side").to_pylist(),
+            per_side.column("n_sum").to_pylist(),
             strict=True,
         ):
             counts.setdefault(cath, [0, 0])[side] += n
