@@ -8,8 +8,8 @@ first wave and again by every worker Spark starts later (an idle worker is stopp
 minute). Imported once here, the forked workers share them, copy on write.
 
 It also takes archives no import needs (PySpark's zip when the same PySpark is installed, Spark's
-core jar) off the workers' ``sys.path``
-(:func:`drop_needless_archives`): a cost of every task, not of imports.
+core jar) off the workers' ``sys.path`` (:func:`drop_needless_archives`), which spares every task
+a cost, not only the first.
 """
 
 from __future__ import annotations
