@@ -127,3 +127,32 @@ def test_an_assertion_tolerance_is_numpys_isclose(
 
     want = bool(np.isclose(value, expected, rtol=rel_tol, atol=abs_tol, equal_nan=True))
     assert within(value, expected, abs_tol, rel_tol) is want
+
+
+@pytest.mark.parametrize("change", ["swap", "rename"])
+def test_keys_of_one_cell_that_trade_values_or_names_are_found(spark: Any, change: str) -> None:
+    """Two keys of the same first-level cell trade their values (swap), or one key is replaced by
+    another with the same values (rename): either leaves the cell's row count and the sum of its
+    value hashes as they were, so a row's hash must depend on its key too."""
+    from pyspark.sql import functions as F
+
+    reference = spark.range(1_000).select(F.col("id").alias("order_id"), (F.col("id") * 2).alias("total"))
+    v = Verify.model_validate({"reference": {"iceberg": "a.b"}, "key": ["order_id"], "compare": ["total"]})
+    bits = cells.FIRST_BITS  # 1,000 rows without time buckets: the fewest cells, 256
+    cell = F.xxhash64("order_id", F.lit(0).cast("long")).bitwiseAND(F.lit((1 << bits) - 1))
+    a, b = (int(r[0]) for r in reference.withColumn("cell", cell).where("cell = 0").limit(2).collect())
+    if change == "swap":
+        total = F.when(F.col("order_id") == a, b * 2).when(F.col("order_id") == b, a * 2)
+        staging = reference.withColumn("total", total.otherwise(F.col("total")))
+    else:  # a renamed to b (which the reference does not hold), keeping a's total
+        reference = reference.where(F.col("order_id") != b)
+        renamed = F.when(F.col("order_id") == a, b).otherwise(F.col("order_id"))
+        staging = reference.withColumn("order_id", renamed)
+    report = verify_frames(spark, staging, reference, v)
+    assert not report["passed"]
+    if change == "swap":
+        assert report["state"]["changed"] == 2
+        assert sorted(s["key"]["order_id"] for s in report["state"]["changed_sample"]) == sorted([a, b])
+    else:
+        record = report["record"]
+        assert (record["missing"], record["extra"], report["state"]["changed"]) == (1, 1, 0)

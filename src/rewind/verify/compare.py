@@ -6,8 +6,9 @@ aggregates (per bucket, per cell), counts and a bounded number of sample rows.
 1. **Scope.** Both sides are cut to the scope (filter, key range and, in ``match`` mode,
    the window). Reference columns are cast (``try_cast``) to staging's types, so that equal
    values hash equally; a value that does not cast becomes null and shows as a difference.
-2. **Row hashes.** Every row gets ``kh = xxhash64(key)`` and ``h = xxhash64(compared
-   columns)``, plus a null bitmask (Spark's hash skips nulls, so ``(null, 1)`` and
+2. **Row hashes.** Every row gets ``kh = xxhash64(key)`` and ``h = xxhash64(kh, compared
+   columns)`` (the key in it, so that two keys of one cell trading their values change the
+   cell's sum), plus a null bitmask (Spark's hash skips nulls, so ``(null, 1)`` and
    ``(1, null)`` would otherwise collide). Timestamps enter ``h`` floored to their precision,
    which is exact. Columns with an ``abs``/``rel`` tolerance enter ``h`` with their exact
    value: a tolerance cannot be hashed (two values within tolerance can straddle any

@@ -105,7 +105,9 @@ def prepare_side(df: DataFrame, rules: Rules, types: dict[str, str], *, side: in
     value_cols = [F.col(f"c{i}") for i in range(len(rules.columns))]
     unequal = [F.col(f"c{i}").isNull() for i, rule in enumerate(rules.columns) if not rule.nulls_equal]
     salt = [F.when(any_of(unequal), F.lit(side + 1)).otherwise(F.lit(0))] if unequal else []
-    h = F.xxhash64(*normal, *_null_masks(value_cols), *salt) if normal else F.lit(0).cast("long")
+    # the key hash enters the row hash: otherwise two keys of one cell that trade their values
+    # (or a key replaced by another with the same values) leave the cell's count and sum as they were
+    h = F.xxhash64(F.col("kh"), *normal, *_null_masks(value_cols), *salt)
     return projected.withColumn("kh", kh).withColumn("h", h)
 
 
