@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from rewind.verify.first_level import CELL, Stats, decode, per_side, rollup, side_by_side, unexplained
 from rewind.verify.prepare import NULL_CATEGORY, truncate_micros
 from rewind.verify.rules import Rules
 from rewind.verify.spark_util import Timer
@@ -17,9 +18,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 FIRST_BITS = 8
-"""Key-hash bits of the first level: 256 cells per time bucket (64 per bucket and category)."""
-MAX_BUCKETS = 5000
-"""Time buckets returned for the report (the earliest ones)."""
+"""Row-hash bits of the first level: 256 cells per time bucket (64 per bucket and category)."""
 MAX_CATEGORIES = 30
 BROADCAST_CELLS = 1_000_000
 """Differing cells (or keys) up to this many are joined on as a broadcast table."""
@@ -30,23 +29,21 @@ NAME_SAMPLE = 1_000
 KEY_BITS = 64
 """The second level's cells are whole key hashes: one per key."""
 _U32 = 0xFFFFFFFF
-_U64 = (1 << 64) - 1
 _SUMS = ("n_s", "n_r", "hi_s", "lo_s", "hi_r", "lo_r")
-Stats = dict[int, tuple[int, int]]
-"""Per window flag: (differing cells, rows they hold)."""
 
 
 class CellSearch:
     """Steps 3 and 4: the cells, then the keys that differ in them, down to the rows to drill."""
 
-    def __init__(self, spark: SparkSession, wide: DataFrame, rules: Rules, timer: Timer) -> None:
+    def __init__(self, spark: SparkSession, sides: list[DataFrame], rules: Rules, timer: Timer) -> None:
         from pyspark.sql import functions as F
 
         self.spark, self.rules, self.timer = spark, rules, timer
         # the category enters a cell as its 64-bit hash: grouping by fixed-width numbers keeps
         # Spark's fast hash aggregate, where a string key costs about as much as the rest of the pass
         cath = F.xxhash64("cat") if rules.category is not None else F.lit(0).cast("long")
-        self.wide = wide.withColumn("cath", cath)
+        self.sides = [side.withColumn("cath", cath) for side in sides]
+        self.wide = self.sides[0].unionByName(self.sides[1])
         self.levels: list[dict[str, Any]] = []
         self.cached: list[DataFrame] = []
         self.first_stats: Stats = {}
@@ -70,9 +67,9 @@ class CellSearch:
         categories summed up, on the driver from these rows.
         """
         with self.timer.step("level 1"):
-            table = _per_side(self.wide, bits).toArrow()
-            cells = _side_by_side(table)
-            buckets, totals, stats = _rollup(cells)
+            table = per_side(self.sides, bits).toArrow()
+            cells = side_by_side(table)
+            buckets, totals, stats = rollup(cells)
             self.differing = cells.filter(cells.column("differs")).drop_columns(["differs"]).to_pylist()
         with self.timer.step("categories"):
             categories = self._categories(table)
@@ -119,23 +116,34 @@ class CellSearch:
     def rows_that_differ(self) -> tuple[DataFrame | list[dict[str, Any]], dict[str, Any] | None]:
         """Both sides' rows of the keys that differ (a sample of them beyond ``drill_rows``).
 
-        One more pass reads the rows of the differing cells (picked by an exact broadcast
-        join on the cell). When they are few, they go to the driver whole (Arrow), which
-        finds the keys that differ and hands back their rows as a list, for the drill-down
-        on the driver: no Spark query after this pass, whose fixed cost (planning, code
-        generation, a shuffle) is most of a drill-down of a few thousand rows. Otherwise
-        they are kept (cached) and grouped by whole key hash, on the driver or in Spark,
-        and the drill-down takes the rows of the keys that differ from the kept rows. No
-        table is read a third time unless the keys' rows are too many for the driver.
+        One more pass. Where the first level named the keys (its pure cells, see
+        :mod:`rewind.verify.first_level`), it reads the rows of those keys, and whole cells only
+        for the cells it could not decode; these rows go to the driver, which checks that they
+        account for every pure cell's difference (a cell that only looked pure is read whole
+        then), finds the keys that differ and hands back their rows as a list, for the
+        drill-down on the driver: no Spark query after this pass, whose fixed cost (planning,
+        code generation, a shuffle) is most of a drill-down of a few thousand rows.
+
+        When the differences are dense (too many cells or rows for the driver), the pass reads
+        the rows of every differing cell (an exact broadcast join on the cell); they are kept
+        (cached) and grouped by whole key hash, on the driver or in Spark, and the drill-down
+        takes the rows of the keys that differ from the kept rows. No table is read a third
+        time unless the keys' rows are too many for the driver.
         """
         from pyspark.sql import functions as F
 
-        n_rows = sum(n for _, n in self.first_stats.values())
         width = len(self.rules.key) + 2 * len(self.rules.columns) + 6
+        pure, whole = self._decoded()
+        wanted = sum(c["n_s"] + c["n_r"] for c in whole) + 2 * len(pure)
+        self.levels[0]["pure_cells"] = len(pure)
         with self.timer.step("level 2"):
+            few = len(pure) + len(whole) <= PREFILTER_VALUES
+            if few and wanted <= DRIVER_ROWS and wanted * width <= LOCAL_VALUES:
+                return self._decoded_rows(pure, whole)
+            n_rows = sum(n for _, n in self.first_stats.values())
             rows = _select(self.spark, self.wide, self.differing, self.first_bits)
             if n_rows <= DRIVER_ROWS and n_rows * width <= LOCAL_VALUES:
-                return self._rows_on_driver(rows)
+                return self._on_driver(rows, self._arrow(rows))
             if n_rows <= CACHE_ROWS:
                 rows = self.keep(rows)
             if n_rows <= DRIVER_ROWS:
@@ -149,21 +157,52 @@ class CellSearch:
             inside = rows.join(keys, ["kh"], "left_semi")
         return inside, sampled
 
-    def _rows_on_driver(
-        self, rows: DataFrame
+    def _decoded(self) -> tuple[dict[tuple[int, ...], tuple[int, int, int]], list[dict[str, int]]]:
+        """The differing cells that name their one row of the difference, and the others."""
+        pure: dict[tuple[int, ...], tuple[int, int, int]] = {}
+        whole = []
+        for cell in self.differing:
+            named = decode(cell)
+            if named is None:
+                whole.append(cell)
+            else:
+                pure[tuple(cell[c] for c in CELL)] = named
+        return pure, whole
+
+    def _decoded_rows(
+        self, pure: dict[tuple[int, ...], tuple[int, int, int]], whole: list[dict[str, int]]
     ) -> tuple[DataFrame | list[dict[str, Any]], dict[str, Any] | None]:
-        """The rows of the differing cells brought to the driver whole: the keys that differ, and
-        their rows as dicts (with ``n{i}``, each column's value as the drill-down compares it)."""
+        """The rows of the keys the pure cells name and of the other differing cells, on the driver."""
+        import pyarrow as pa
+
+        keys = sorted({kh for kh, _, _ in pure.values()})
+        rows = _pick(self.wide, keys, [(c["w"], c["tb"], c["cath"], c["kb"]) for c in whole], self.first_bits)
+        table = self._arrow(rows)
+        missed = unexplained(table, pure, self.first_bits)
+        if missed:  # taken for pure by a chance of 2**-32: read those cells whole (their other rows)
+            more = _pick(self.wide, [], missed, self.first_bits).where(f"NOT ({_in_text('kh', keys)})")
+            rows = rows.unionByName(more)
+            table = pa.concat_tables([table, self._arrow(more)])
+        out = self._on_driver(rows, table)
+        self.levels[-1]["rows_read"] = table.num_rows
+        return out
+
+    def _arrow(self, rows: DataFrame) -> pa.Table:
+        return rows.select(*rows.columns, *compared_values(self.rules)).toArrow()
+
+    def _on_driver(
+        self, rows: DataFrame, t: pa.Table
+    ) -> tuple[DataFrame | list[dict[str, Any]], dict[str, Any] | None]:
+        """Rows brought to the driver (``t``, the Arrow table of ``rows``): the keys that differ,
+        and their rows as dicts (with ``n{i}``, each column's value as the drill-down compares it)."""
         import pyarrow as pa
         import pyarrow.compute as pc
         from pyspark.sql import functions as F
 
-        columns = [c for c in rows.columns if c != "cath"]
-        t = rows.select(*columns, *compared_values(self.rules)).toArrow()
         found, stats, sampled = _differing_keys(t, self.rules)
         self.levels.append(_level(2, KEY_BITS, stats))
         kept = pa.array(found, pa.int64())
-        mine = t.filter(pc.is_in(t["kh"], value_set=kept))
+        mine = t.filter(pc.is_in(t["kh"], value_set=kept)).drop_columns(["cath"])
         if mine.num_rows <= LOCAL_ROWS:
             return mine.to_pylist(), sampled
         keys = F.broadcast(self.spark.createDataFrame([(k,) for k in found], "kh bigint"))
@@ -320,74 +359,66 @@ def _in_set(expression: str, values: list[int]) -> Column:
     parse costs far less than a literal per value through py4j (``Column.isin``)."""
     from pyspark.sql import functions as F
 
-    return F.expr(f"{expression} IN ({', '.join(str(v) for v in values)})")
+    return F.expr(_in_text(expression, values))
+
+
+def _in_text(expression: str, values: list[int]) -> str:
+    return f"{expression} IN ({', '.join(str(v) for v in values)})"
 
 
 def _select(spark: SparkSession, wide: DataFrame, cells: list[dict[str, int]], bits: int) -> DataFrame:
-    """The rows of ``wide`` in ``cells`` (their ``bits`` low bits of the key hash).
+    """The rows of ``wide`` in ``cells`` (their ``bits`` low bits of the row hash).
 
     Up to :data:`PREFILTER_VALUES` cells, a hash of each row's cell is first looked up in a
-    hash set: a plain filter, which Spark evaluates below the row hash's projection, so only
-    the rows kept are hashed whole. An exact (broadcast) semi-join on the cell follows.
+    hash set: a plain filter, which Spark evaluates below the projections, so only the rows
+    kept are projected whole. An exact (broadcast) semi-join on the cell follows.
     """
     from pyspark.sql import functions as F
 
-    table = spark.createDataFrame(
-        [(c["w"], c["tb"], c["cath"], c["kb"]) for c in cells], "w int, tb bigint, cath bigint, kb bigint"
-    )
-    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1))
+    tuples = [tuple(c[k] for k in CELL) for c in cells]
+    table = spark.createDataFrame(tuples, _CELL_SCHEMA)
     rows = wide
     if len(cells) <= PREFILTER_VALUES:
-        ids = sorted({int(r[0]) for r in table.select(F.xxhash64("w", "tb", "cath", "kb")).collect()})
-        rows = rows.where(_in_set(f"xxhash64(w, tb, cath, kh & {(1 << bits) - 1})", ids))
+        rows = rows.where(_in_text(_cell_hash(bits), _cell_ids(spark, tuples)))
     if len(cells) <= BROADCAST_CELLS:
         table = F.broadcast(table)
-    return rows.withColumn("kb", kb).join(table, ["w", "tb", "cath", "kb"], "left_semi").drop("kb")
+    kb = F.col("h").bitwiseAND(F.lit((1 << bits) - 1))
+    return rows.withColumn("kb", kb).join(table, list(CELL), "left_semi").drop("kb")
+
+
+_CELL_SCHEMA = "w int, tb bigint, cath bigint, kb bigint"
+
+
+def _cell_hash(bits: int) -> str:
+    """A row's cell as one 64-bit hash (SQL)."""
+    return f"xxhash64(w, tb, cath, h & {(1 << bits) - 1})"
+
+
+def _cell_ids(spark: SparkSession, cells: list[tuple[int, ...]]) -> list[int]:
+    """The cells' hashes as :func:`_cell_hash` computes them, computed by Spark (bit for bit)."""
+    from pyspark.sql import functions as F
+
+    table = spark.createDataFrame(cells, _CELL_SCHEMA)
+    return sorted({int(r[0]) for r in table.select(F.xxhash64(*CELL)).collect()})
+
+
+def _pick(wide: DataFrame, keys: list[int], cells: list[tuple[int, ...]], bits: int) -> DataFrame:
+    """The rows of ``wide`` whose key hash is in ``keys`` or whose cell is in ``cells``.
+
+    Both are hash-set lookups in one filter (a cell by the 64-bit hash of its four numbers). A
+    row let through by a collision of cell hashes is harmless: its copy on the other side (if
+    the sides agree) comes with it, and the two cancel.
+    """
+    tests = []
+    if keys:
+        tests.append(_in_text("kh", keys))
+    if cells:
+        tests.append(_in_text(_cell_hash(bits), _cell_ids(wide.sparkSession, cells)))
+    return wide.where(" OR ".join(f"({t})" for t in tests) or "false")
 
 
 PREFILTER_VALUES = 50_000
 """Up to this many differing cells also filter the rows by a hash set of their cells."""
-
-
-def _per_side(wide: DataFrame, bits: int) -> DataFrame:
-    """Per cell (w, tb, cath, kb) and side: row count and hash sums (two 32-bit halves, so that
-    the sums cannot overflow under ANSI SQL)."""
-    from pyspark.sql import functions as F
-
-    kb = F.col("kh").bitwiseAND(F.lit((1 << bits) - 1)) if bits < 64 else F.col("kh")
-    return wide.groupBy("w", "tb", "cath", kb.alias("kb"), "side").agg(
-        F.count(F.lit(1)).alias("n"),
-        F.sum(F.shiftright(F.col("h"), 32)).alias("hi"),
-        F.sum(F.col("h").bitwiseAND(F.lit(_U32))).alias("lo"),
-    )
-
-
-def _side_by_side(table: pa.Table) -> pa.Table:
-    """The first level's rows per cell and side (an Arrow table), as one row per cell with both
-    sides' sums (0 for a side with no row in the cell) and ``differs`` (a boolean): an Arrow join,
-    since a loop over the cells in Python cost ~0.1 s per 36k cells, a tenth of a verify that
-    finds nothing."""
-    import pyarrow.compute as pc
-
-    cell = ["w", "tb", "cath", "kb"]
-
-    def side(number: int, suffix: str) -> pa.Table:
-        own = table.filter(pc.equal(table.column("side"), number))
-        return own.select([*cell, "n", "hi", "lo"]).rename_columns(
-            [*cell, *(f"{c}{suffix}" for c in ("n", "hi", "lo"))]
-        )
-
-    both = side(0, "_s").join(side(1, "_r"), keys=cell, join_type="full outer", coalesce_keys=True)
-    for name in _SUMS:
-        both = both.set_column(both.schema.get_field_index(name), name, pc.fill_null(both.column(name), 0))
-    differs = pc.or_(
-        pc.or_(
-            pc.not_equal(both.column("n_s"), both.column("n_r")),
-            pc.not_equal(both.column("hi_s"), both.column("hi_r")),
-        ),
-        pc.not_equal(both.column("lo_s"), both.column("lo_r")),
-    )
-    return both.append_column("differs", differs)
 
 
 def _cell_differs() -> Column:
@@ -396,65 +427,6 @@ def _cell_differs() -> Column:
     return (
         (F.col("n_s") != F.col("n_r")) | (F.col("hi_s") != F.col("hi_r")) | (F.col("lo_s") != F.col("lo_r"))
     )
-
-
-def checksum(hi: int, lo: int) -> str:
-    """The 64-bit sum of row hashes (from its two 32-bit halves), as 16 hex digits."""
-    return f"{((hi << 32) + lo) & _U64:016x}"
-
-
-def _rollup(cells: pa.Table) -> tuple[list[dict[str, Any]], dict[str, int], Stats]:
-    """Per time bucket: counts and checksums of both sides, cells and differing cells.
-
-    Also returns, per window flag, the differing cells and the rows they hold. ``cells`` is
-    :func:`_side_by_side`'s table.
-    """
-    import pyarrow.compute as pc
-
-    def total(table: pa.Table, column: str) -> int:
-        return int(pc.sum(table.column(column)).as_py() or 0)
-
-    in_window = cells.filter(pc.equal(cells.column("w"), 1))
-    totals = {
-        "staging": total(cells, "n_s"),
-        "reference": total(cells, "n_r"),
-        "staging_in_window": total(in_window, "n_s"),
-        "reference_in_window": total(in_window, "n_r"),
-    }
-    differing = cells.filter(cells.column("differs"))
-    stats: Stats = {}
-    for w, n, n_s, n_r in zip(
-        *(
-            differing.group_by("w")
-            .aggregate([("w", "count"), ("n_s", "sum"), ("n_r", "sum")])
-            .column(c)
-            .to_pylist()
-            for c in ("w", "w_count", "n_s_sum", "n_r_sum")
-        ),
-        strict=True,
-    ):
-        stats[w] = (n, n_s + n_r)
-    per_bucket = (
-        cells.group_by("tb")
-        .aggregate([(c, "sum") for c in (*_SUMS, "differs")] + [("tb", "count")])
-        .sort_by("tb")
-        .slice(0, MAX_BUCKETS)
-    )
-    out = []
-    for m in per_bucket.to_pylist():
-        out.append(
-            {
-                "tb": m["tb"],
-                "staging_rows": m["n_s_sum"],
-                "reference_rows": m["n_r_sum"],
-                "staging_checksum": checksum(m["hi_s_sum"], m["lo_s_sum"]),
-                "reference_checksum": checksum(m["hi_r_sum"], m["lo_r_sum"]),
-                "equal": m["differs_sum"] == 0,
-                "cells": m["tb_count"],
-                "differing_cells": m["differs_sum"],
-            }
-        )
-    return out, totals, stats
 
 
 def _limit_changes(

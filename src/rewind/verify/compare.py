@@ -61,8 +61,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rewind.verify.cells import MAX_BUCKETS, MAX_CATEGORIES, CellSearch, first_bits
+from rewind.verify.cells import MAX_CATEGORIES, CellSearch, first_bits
 from rewind.verify.drill import drill_down, drill_local, empty_drill
+from rewind.verify.first_level import MAX_BUCKETS
 from rewind.verify.prepare import NULL_CATEGORY, bucket_label, prepare_side
 from rewind.verify.rules import Rules
 from rewind.verify.spark_util import Timer, spark_types
@@ -91,7 +92,7 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
         s = prepare_side(staging, rules, types, side=0, name="staging").withColumn("side", F.lit(0))
         r = prepare_side(reference, rules, types, side=1, name="reference").withColumn("side", F.lit(1))
         bits = first_bits(staging, rules)
-    search = CellSearch(spark, s.unionByName(r), rules, timer)
+    search = CellSearch(spark, [s, r], rules, timer)
     try:
         buckets, totals, categories = search.first_level(bits)
         result: dict[str, Any] = {"rows": totals, "bisection": search.levels}
