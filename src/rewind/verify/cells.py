@@ -1,4 +1,5 @@
-"""Steps 3 and 4 of a comparison: cell checksums, then the keys that differ in the differing cells.
+"""Steps 3 and 4 of a comparison: the cells (numbers from :mod:`~rewind.verify.first_level`), then
+the keys that differ and their rows.
 
 See :mod:`rewind.verify.compare` for the whole algorithm.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from rewind.verify.first_level import CELL, Stats, decode, per_side, rollup, side_by_side, unexplained
+from rewind.verify.first_level import CELL, Pure, Stats, decode, per_side, rollup, side_by_side, unexplained
 from rewind.verify.prepare import NULL_CATEGORY, truncate_micros
 from rewind.verify.rules import Rules
 from rewind.verify.spark_util import Timer
@@ -60,11 +61,11 @@ class CellSearch:
             df.unpersist()
 
     def first_level(self, bits: int) -> tuple[list[dict[str, Any]], dict[str, int], list[dict[str, Any]]]:
-        """One pass: per cell and side a count and hash sums, brought to the driver.
+        """One pass: per cell and side a count, a sum and two XORs, brought to the driver.
 
-        The per-row work is hashing and one hash aggregate on fixed-width numbers (no
-        condition per sum, no moments); the sides are put side by side, and buckets and
-        categories summed up, on the driver from these rows.
+        The per-row work is hashing and one hash aggregate per side on fixed-width numbers (no
+        condition per sum); the sides are put side by side, and buckets and categories summed
+        up, on the driver from these rows.
         """
         with self.timer.step("level 1"):
             table = per_side(self.sides, bits).toArrow()
@@ -137,9 +138,10 @@ class CellSearch:
         wanted = sum(c["n_s"] + c["n_r"] for c in whole) + 2 * len(pure)
         self.levels[0]["pure_cells"] = len(pure)
         with self.timer.step("level 2"):
-            few = len(pure) + len(whole) <= PREFILTER_VALUES
-            if few and wanted <= DRIVER_ROWS and wanted * width <= LOCAL_VALUES:
-                return self._decoded_rows(pure, whole)
+            if len(pure) + len(whole) <= PREFILTER_VALUES and wanted <= WINDOW_ROWS:
+                found = self._decoded_rows(pure, whole, whole_rows=wanted * width <= LOCAL_VALUES)
+                if found is not None:
+                    return found
             n_rows = sum(n for _, n in self.first_stats.values())
             rows = _select(self.spark, self.wide, self.differing, self.first_bits)
             if n_rows <= DRIVER_ROWS and n_rows * width <= LOCAL_VALUES:
@@ -157,9 +159,9 @@ class CellSearch:
             inside = rows.join(keys, ["kh"], "left_semi")
         return inside, sampled
 
-    def _decoded(self) -> tuple[dict[tuple[int, ...], tuple[int, int, int]], list[dict[str, int]]]:
+    def _decoded(self) -> tuple[Pure, list[dict[str, int]]]:
         """The differing cells that name their one row of the difference, and the others."""
-        pure: dict[tuple[int, ...], tuple[int, int, int]] = {}
+        pure: Pure = {}
         whole = []
         for cell in self.differing:
             named = decode(cell)
@@ -170,14 +172,25 @@ class CellSearch:
         return pure, whole
 
     def _decoded_rows(
-        self, pure: dict[tuple[int, ...], tuple[int, int, int]], whole: list[dict[str, int]]
-    ) -> tuple[DataFrame | list[dict[str, Any]], dict[str, Any] | None]:
-        """The rows of the keys the pure cells name and of the other differing cells, on the driver."""
+        self, pure: Pure, whole: list[dict[str, int]], *, whole_rows: bool
+    ) -> tuple[DataFrame | list[dict[str, Any]], dict[str, Any] | None] | None:
+        """The rows of the keys that differ among those the pure cells name and those of the other
+        differing cells, on the driver; None when they are too many for it.
+
+        With ``whole_rows`` every row read goes to the driver, which finds the keys that differ;
+        otherwise (the impure cells hold many rows) Spark keeps the rows of the keys whose
+        counts or sums differ (a window per key hash: one shuffle of the rows read).
+        """
         import pyarrow as pa
 
         keys = sorted({kh for kh, _, _ in pure.values()})
         rows = _pick(self.wide, keys, [(c["w"], c["tb"], c["cath"], c["kb"]) for c in whole], self.first_bits)
-        table = self._arrow(rows)
+        if whole_rows:
+            table = self._arrow(rows)
+        else:
+            table = self._arrow(_of_differing_keys(rows).limit(OUTPUT_ROWS + 1))
+            if table.num_rows > OUTPUT_ROWS:
+                return None
         missed = unexplained(table, pure, self.first_bits)
         if missed:  # taken for pure by a chance of 2**-32: read those cells whole (their other rows)
             more = _pick(self.wide, [], missed, self.first_bits).where(f"NOT ({_in_text('kh', keys)})")
@@ -209,6 +222,11 @@ class CellSearch:
         return rows.join(keys, ["kh"], "left_semi"), sampled  # too many for the driver: read again
 
 
+WINDOW_ROWS = 4_000_000
+"""Rows read for the keys the cells name and the impure cells, up to which Spark keeps the rows of
+the differing keys among them (a window per key) and hands those to the driver."""
+OUTPUT_ROWS = 200_000
+"""Rows of differing keys the window may hand to the driver; beyond, the cached path is taken."""
 LOCAL_VALUES = 8_000_000
 """The rows of the differing cells go to the driver whole when they hold at most this many
 values (rows times columns): a few hundred thousand rows of a narrow table."""
@@ -400,6 +418,23 @@ def _cell_ids(spark: SparkSession, cells: list[tuple[int, ...]]) -> list[int]:
 
     table = spark.createDataFrame(cells, _CELL_SCHEMA)
     return sorted({int(r[0]) for r in table.select(F.xxhash64(*CELL)).collect()})
+
+
+def _of_differing_keys(rows: DataFrame) -> DataFrame:
+    """The rows of ``rows`` whose key hash has different counts or hash sums on the two sides."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    per_key = Window.partitionBy("kh")
+    staging = F.col("side") == 0
+
+    def difference(value: Column) -> Column:  # staging's sum minus the reference's
+        return F.sum(F.when(staging, value).otherwise(-value)).over(per_key)
+
+    one = F.lit(1).cast("long")
+    hi, lo = F.shiftright(F.col("h"), 32), F.col("h").bitwiseAND(F.lit(_U32))
+    differs = (difference(one) != 0) | (difference(hi) != 0) | (difference(lo) != 0)
+    return rows.withColumn("_differs", differs).where("_differs").drop("_differs")
 
 
 def _pick(wide: DataFrame, keys: list[int], cells: list[tuple[int, ...]], bits: int) -> DataFrame:

@@ -16,29 +16,32 @@ aggregates (per bucket, per cell), counts and a bounded number of sample rows.
    settled by value in step 5, where it does not count. That costs a drill-down, never a
    wrong answer. A column where null must not equal null (``nulls_equal: false``) adds a
    side-specific salt to ``h`` when null, so its cell always drills down.
-3. **Cells.** A cell is (window flag, time bucket, category, low ``bits`` bits of ``kh``);
+3. **Cells.** A cell is (window flag, time bucket, category, low ``bits`` bits of ``h``);
    the category enters as its 64-bit hash, so that the grouping stays on fixed-width
    numbers (Spark's fast hash aggregate; a string key costs as much as the rest of the
    pass). The first level is coarse (64 to 256 cells per bucket), so that a pass that finds
    nothing costs little more than reading the data: its per-row work is hashing and one
-   hash aggregate by cell and side (a count and the sum of ``h`` as two 32-bit halves, so
-   it cannot overflow under ANSI SQL), with no condition per sum; its rows are brought to
-   the driver, which puts the sides side by side. A cell whose counts or sums differ holds
-   a difference: a missing or extra row changes the count, a changed row the sum. The
-   report's per-bucket and per-category counts and checksums are these cells summed up (the
-   largest categories named from a few rows, or a pass over the category column if those
-   do not name them all): no other pass when nothing differs.
-4. **Keys.** Detecting is kept apart from describing. When cells differ, one more pass
-   reads the rows of those cells only (a hash set of the cells, then an exact broadcast
-   semi-join). When they are few (a few hundred thousand rows of a narrow table) they go to
-   the driver whole as Arrow, where pyarrow groups them by the whole ``kh``: the keys whose
-   counts or sums differ, whose rows are kept there for step 5. Otherwise they are cached
-   and grouped by ``kh`` (on the driver, or in Spark when they are many), and the rows of
-   the differing keys taken from the cache (a broadcast semi-join): no table is read a
-   third time (unless the differing keys' rows are too many for the driver). Inside the
-   repaired window, beyond ``drill_rows`` rows of differing keys (dense differences, e.g. a
-   repaired window where every row changed), a sample of them is drilled, and the report
-   says so.
+   hash aggregate per side (grouping the union of both would break Spark's generated code)
+   with four numbers per cell: the count, the sum of the low 32 bits of ``h`` (it cannot
+   overflow under ANSI SQL), the XOR of ``h`` and the XOR of ``kh``. Its rows are brought to
+   the driver, which puts the sides side by side. A cell whose count, sum or XOR differ
+   holds a difference. The report's per-bucket and per-category counts and checksums are
+   these cells summed up (the largest categories named from a few rows, or a pass over the
+   category column if those do not name them all): no other pass when nothing differs.
+4. **Keys.** Rows equal on both sides fall into the same cell and cancel; a changed row's
+   two versions have two row hashes, so they usually fall into two cells. A differing cell
+   that holds one row of the difference (its count differs by one, and its sums agree with
+   the XOR) names that row's key hash: the XOR of the sides' key-hash XORs
+   (:mod:`~rewind.verify.first_level`). One more pass reads the rows of the keys so named,
+   and whole cells only for the cells that hold more; these go to the driver, which checks
+   that they account for each named cell (one that only looked pure is read whole) and
+   groups them by ``kh``: the keys whose counts or sums differ, whose rows are kept there
+   for step 5. When the differences are dense (too many for the driver), the pass reads the
+   rows of every differing cell instead: they are cached and grouped by ``kh`` (on the
+   driver, or in Spark when they are many), and the rows of the differing keys taken from
+   the cache (a broadcast semi-join). Inside the repaired window, beyond ``drill_rows``
+   rows of differing keys (dense differences, e.g. a repaired window where every row
+   changed), a sample of them is drilled, and the report says so.
 5. **Drill-down.** On the driver when step 4 kept the rows there (the same classification,
    on values Spark prepared for it: no Spark query, whose fixed cost is most of the work
    for a few thousand rows); otherwise in Spark: one aggregation by key (null keys
@@ -53,8 +56,8 @@ Duplicate keys are found where they make the two sides differ (a key twice in st
 once in the reference); duplicates present identically on both sides agree and are not
 reported.
 
-Modules, in step order: :mod:`~rewind.verify.prepare` (1, 2), :mod:`~rewind.verify.cells` (3, 4),
-:mod:`~rewind.verify.drill` (5).
+Modules, in step order: :mod:`~rewind.verify.prepare` (1, 2), :mod:`~rewind.verify.first_level`
+(3), :mod:`~rewind.verify.cells` (3, 4), :mod:`~rewind.verify.drill` (5).
 """
 
 from __future__ import annotations
@@ -81,8 +84,8 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
     ``categories``, ``bisection`` (one entry per level: the cells, then the keys) and ``seconds`` per step.
 
     Passes over the data: one when nothing differs (the first level, coarse cells). When
-    something does, one more: the rows of the differing cells, kept for the keys that differ
-    and the drill-down.
+    something does, one more: the rows of the keys the cells name (and of the cells that name
+    none), for the keys that differ and the drill-down.
     """
     from pyspark.sql import functions as F
 

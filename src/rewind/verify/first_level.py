@@ -39,6 +39,8 @@ _U64 = (1 << 64) - 1
 SUMS = ("n_s", "n_r", "lo_s", "lo_r", "xh_s", "xh_r", "xk_s", "xk_r")
 Stats = dict[int, tuple[int, int]]
 """Per window flag: (differing cells, rows they hold)."""
+Pure = dict[tuple[int, ...], tuple[int, int, int]]
+"""Per pure cell (w, tb, cath, kb): what :func:`decode` names in it."""
 
 
 def per_side(sides: list[DataFrame], bits: int) -> DataFrame:
@@ -174,9 +176,7 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >> 63 else value
 
 
-def unexplained(
-    rows: pa.Table, pure: dict[tuple[int, ...], tuple[int, int, int]], bits: int
-) -> list[tuple[int, ...]]:
+def unexplained(rows: pa.Table, pure: Pure, bits: int) -> list[tuple[int, ...]]:
     """The pure cells whose difference the fetched rows do not account for (a cell taken for pure
     that was not): the fetched rows of each pure cell (the rows of the keys decoded) must differ
     between the sides exactly as the cell does. ``rows`` holds w, tb, cath, kh, h and side."""
