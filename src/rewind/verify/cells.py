@@ -67,18 +67,29 @@ class CellSearch:
         condition per sum); the sides are put side by side, and buckets and categories summed
         up, on the driver from these rows.
         """
-        with self.timer.step("level 1"):
-            table = per_side(self.sides, bits).toArrow()
-            cells = side_by_side(table)
-            buckets, totals, stats = rollup(cells)
-            self.differing = cells.filter(cells.column("differs")).drop_columns(["differs"]).to_pylist()
-        with self.timer.step("categories"):
-            categories = self._categories(table)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            # the common categories' names from a few rows, a small Spark job run beside the
+            # pass instead of after it (its fixed cost is most of it)
+            sample = pool.submit(self._sample_names) if self.rules.category is not None else None
+            with self.timer.step("level 1"):
+                table = per_side(self.sides, bits).toArrow()
+                cells = side_by_side(table)
+                buckets, totals, stats = rollup(cells)
+                self.differing = cells.filter(cells.column("differs")).drop_columns(["differs"]).to_pylist()
+            with self.timer.step("categories"):
+                categories = self._categories(table, sample.result() if sample is not None else {})
         self.first_bits, self.first_stats = bits, stats
         self.levels.append(_level(1, bits, stats))
         return buckets, totals, categories
 
-    def _categories(self, table: Any) -> list[dict[str, Any]]:
+    def _sample_names(self) -> dict[int, str]:
+        """Category hash → value, for the categories of the first :data:`NAME_SAMPLE` rows."""
+        rows = self.wide.select("cat", "cath").limit(NAME_SAMPLE).collect()
+        return {int(r["cath"]): r["cat"] for r in rows}
+
+    def _categories(self, table: Any, names: dict[int, str]) -> list[dict[str, Any]]:
         """Rows of each side per category value (the largest ones), from the first level's rows.
 
         The values are named from their hashes: a few thousand rows name the common values;
@@ -98,11 +109,9 @@ class CellSearch:
             counts.setdefault(cath, [0, 0])[side] += n
         top = sorted(counts.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[: MAX_CATEGORIES + 1]
         wanted = {cath for cath, _ in top}
-        pairs = self.wide.select("cat", "cath")
-        names = {int(r["cath"]): r["cat"] for r in pairs.limit(NAME_SAMPLE).collect()}
         missing = sorted(wanted - names.keys())
         if missing:
-            found = pairs.where(_in_set("cath", missing)).distinct().collect()
+            found = self.wide.select("cat", "cath").where(_in_set("cath", missing)).distinct().collect()
             names.update({int(r["cath"]): r["cat"] for r in found})
         rows = [
             {
