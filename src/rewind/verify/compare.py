@@ -8,7 +8,7 @@ aggregates (per bucket, per cell), counts and a bounded number of sample rows.
    values hash equally; a value that does not cast becomes null and shows as a difference.
 2. **Row hashes.** Every row gets ``kh = xxhash64(key)`` and ``h = xxhash64(kh, compared
    columns)`` (the key in it, so that two keys of one cell trading their values change the
-   cell's sum), plus a null bitmask (Spark's hash skips nulls, so ``(null, 1)`` and
+   cell's numbers), plus a null bitmask (Spark's hash skips nulls, so ``(null, 1)`` and
    ``(1, null)`` would otherwise collide). Timestamps enter ``h`` floored to their precision,
    which is exact. Columns with an ``abs``/``rel`` tolerance enter ``h`` with their exact
    value: a tolerance cannot be hashed (two values within tolerance can straddle any
@@ -36,12 +36,14 @@ aggregates (per bucket, per cell), counts and a bounded number of sample rows.
    and whole cells only for the cells that hold more; these go to the driver, which checks
    that they account for each named cell (one that only looked pure is read whole) and
    groups them by ``kh``: the keys whose counts or sums differ, whose rows are kept there
-   for step 5. When the differences are dense (too many for the driver), the pass reads the
-   rows of every differing cell instead: they are cached and grouped by ``kh`` (on the
-   driver, or in Spark when they are many), and the rows of the differing keys taken from
-   the cache (a broadcast semi-join). Inside the repaired window, beyond ``drill_rows``
-   rows of differing keys (dense differences, e.g. a repaired window where every row
-   changed), a sample of them is drilled, and the report says so.
+   for step 5. (When the undecoded cells hold many rows, Spark first keeps only the rows of
+   the keys whose counts or sums differ, with a window per ``kh``.) When the differences are
+   dense (too many for the driver), the pass reads the rows of every differing cell instead:
+   they are cached and grouped by ``kh`` (on the driver, or in Spark when they are many), and
+   the rows of the differing keys taken from the cache (a broadcast semi-join). Inside the
+   repaired window, beyond ``drill_rows`` rows of differing keys (dense differences, e.g. a
+   repaired window where every row changed), a sample of them is drilled, and the report
+   says so.
 5. **Drill-down.** On the driver when step 4 kept the rows there (the same classification,
    on values Spark prepared for it: no Spark query, whose fixed cost is most of the work
    for a few thousand rows); otherwise in Spark: one aggregation by key (null keys
