@@ -118,6 +118,13 @@ def test_json_and_html_are_written_and_self_contained(
     assert "FAILED" in page and COLOURS["staging"] in page and COLOURS["reference"] in page
     assert "no &lt;script&gt; totals" in page and "paid &lt;b&gt;&amp;&lt;/b&gt;" in page
     assert "<b>&</b>" not in page
+    for level in report["bisection"]:  # how the rows were compared: each level's numbers in a row
+        numbers = [level[k] for k in ("level", "bits", "differing_cells", "rows")]
+        numbers += [level.get("pure_cells"), level.get("rows_read")]
+        row = "".join("<td></td>" if n is None else f'<td class="n">{n:,}</td>' for n in numbers)
+        assert row in page, row
+    named = [("pure_cells" in lv, "rows_read" in lv) for lv in report["bisection"]]
+    assert named == [(True, False), (False, True)]
     only_json = write_report(reports["passing"], tmp_path / "r.json")
     assert only_json == {"json": str(tmp_path / "r.json")} and not (tmp_path / "r.html").exists()
 

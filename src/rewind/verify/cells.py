@@ -370,7 +370,7 @@ def _level(number: int, bits: int, stats: dict[int, tuple[int, int]]) -> dict[st
 
 
 def first_bits(staging: DataFrame, rules: Rules) -> int:
-    """Key-hash bits of the first level: coarse cells, so that a pass that finds nothing is cheap.
+    """Row-hash bits of the first level: coarse cells, so that a pass that finds nothing is cheap.
 
     With time buckets: 256 cells per bucket (64 per bucket and category). Without: sized on
     staging's row count (about 1,000 rows per cell), since all rows share one bucket.

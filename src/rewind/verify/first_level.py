@@ -10,7 +10,8 @@ category hash, low bits of the row hash ``h``). Per cell and side Spark returns 
 
 A cell differs when ``n``, ``lo`` or ``xh`` differ: a missing or extra row changes the count, a
 changed row the XOR (a row's hash holds its key, so two keys trading values change it too),
-and the 32-bit sum catches what the XOR cancels (a row twice on each side against two others).
+and the 32-bit sum catches what the XOR cancels (one side holding rows a, a, b, b where the
+other holds c, c, d, d: both XORs are 0).
 
 Rows that are the same on both sides fall into the same cell and cancel in every number. A
 row whose copies differ (a changed value) falls, as two different row hashes, into two cells.
@@ -48,7 +49,7 @@ def per_side(sides: list[DataFrame], bits: int) -> DataFrame:
 
     Each side is grouped on its own and the results put together after: grouping the union of
     both sides would break Spark's generated code at the union, which then hands every row
-    over as an object (measured: ~15% of the pass).
+    over as an object (~15% of the pass in a micro-run at 10M rows).
     """
     from pyspark.sql import functions as F
 

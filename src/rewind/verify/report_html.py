@@ -339,15 +339,15 @@ def render_html(report: dict[str, Any]) -> str:
     out.append(
         _table(["column", "rule"], [[c["column"], c["rule"]] for c in report["columns"]])
         + _table(
-            ["level", "key-hash bits", "differing cells", "rows in them", "decoded cells", "rows left"],
+            ["level", "hash bits", "differing cells", "rows in them", "cells naming their key", "rows read"],
             [
                 [
                     lv["level"],
                     lv["bits"],
                     lv["differing_cells"],
                     lv["rows"],
-                    lv.get("decoded_cells", ""),
-                    lv.get("undecoded_rows", ""),
+                    lv.get("pure_cells", ""),
+                    lv.get("rows_read", ""),
                 ]
                 for lv in report["bisection"]
             ],
