@@ -384,7 +384,7 @@ def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> N
         """The run's lease keeper logs the LeaseLost its next heartbeat meets."""
 
         def emit(self, record: logging.LogRecord) -> None:
-            if "r-usurper" in record.getMessage():
+            if "lost its lease" in record.getMessage():
                 noticed.set()
 
     class Usurper(QuietConsole):
@@ -400,7 +400,7 @@ def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> N
             assert ledger.release(target, progress.run_id)
             ledger.acquire(target, "r-usurper", 60, owner="other-host:1")
         # the keeper's next heartbeat (every ttl/3 s) finds it gone, before the next wave
-        assert noticed.wait(spec.run.lease_ttl_s + 5), "the lease keeper never noticed the usurper"
+        assert noticed.wait(spec.run.lease_ttl_s + 5), "the lease keeper never noticed the loss"
 
     keeper_log = logging.getLogger("rewind.ledger.leases")
     handler = Noticed(logging.ERROR)
@@ -413,7 +413,8 @@ def test_a_run_that_lost_its_lease_stops_before_writing_again(world: World) -> N
         with _ledger(world) as ledger:
             ledger.release(target, "r-usurper", owner="other-host:1")
     run_id = seen[0]
-    assert "r-usurper" in str(caught.value)
+    # held by the usurper, or no longer held when the heartbeat fell between its release and acquire
+    assert "r-usurper" in str(caught.value) or "(no longer held)" in str(caught.value)
     shown = show_run(world.settings, run_id)
     assert shown["state"] == "failed" and "lost its lease" in shown["error"]
     assert shown["units_by_state"] == {"done": 2, "pending": 6}
