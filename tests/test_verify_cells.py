@@ -115,8 +115,9 @@ def _cells(rows: list[tuple[int, int]]) -> dict[tuple[int, ...], tuple[int, int,
     """Per cell: n, lo, xh, xk, computed as Spark's aggregation does."""
     out: dict[tuple[int, ...], list[int]] = {}
     for kh, h in rows:
-        n, lo, xh, xk = out.setdefault(_cell_of(h), [0, 0, 0, 0])
-        out[_cell_of(h)] = [n + 1, lo + (h & 0xFFFFFFFF), xh ^ h, xk ^ kh]
+        cell = _cell_of(h)
+        n, lo, xh, xk = out.setdefault(cell, [0, 0, 0, 0])
+        out[cell] = [n + 1, lo + (h & 0xFFFFFFFF), xh ^ h, xk ^ kh]
     return {c: (n, lo, _signed(xh), _signed(xk)) for c, (n, lo, xh, xk) in out.items()}
 
 

@@ -193,7 +193,7 @@ class CellSearch:
         import pyarrow as pa
 
         keys = sorted({kh for kh, _, _ in pure.values()})
-        rows = _pick(self.wide, keys, [(c["w"], c["tb"], c["cath"], c["kb"]) for c in whole], self.first_bits)
+        rows = _pick(self.wide, keys, [tuple(c[k] for k in CELL) for c in whole], self.first_bits)
         if whole_rows:
             table = self._arrow(rows)
         else:
@@ -321,7 +321,7 @@ def _differing_keys(t: Any, rules: Rules) -> tuple[list[int], Stats, dict[str, A
     kept = [kh for kh, _, _ in found]
     if rows_in > rules.drill_rows:
         share = max(1, int(1024 * rules.drill_rows / rows_in))
-        # the key hash's high bits pick the sample (its low bits chose the cell)
+        # the key hash's high bits pick the sample (the cell came from the row hash)
         kept = [kh for kh, w, _ in found if w == 0 or (kh >> 40) & 1023 < share]
         sampled = {"cells": keys_in, "rows": rows_in, "share": round(share / 1024, 4)}
     return kept, stats, sampled
@@ -406,7 +406,7 @@ def _select(spark: SparkSession, wide: DataFrame, cells: list[dict[str, int]], b
     table = spark.createDataFrame(tuples, _CELL_SCHEMA)
     rows = wide
     if len(cells) <= PREFILTER_VALUES:
-        rows = rows.where(_in_text(_cell_hash(bits), _cell_ids(spark, tuples)))
+        rows = rows.where(_in_cells(spark, tuples, bits))
     if len(cells) <= BROADCAST_CELLS:
         table = F.broadcast(table)
     kb = F.col("h").bitwiseAND(F.lit((1 << bits) - 1))
@@ -416,17 +416,14 @@ def _select(spark: SparkSession, wide: DataFrame, cells: list[dict[str, int]], b
 _CELL_SCHEMA = "w int, tb bigint, cath bigint, kb bigint"
 
 
-def _cell_hash(bits: int) -> str:
-    """A row's cell as one 64-bit hash (SQL)."""
-    return f"xxhash64(w, tb, cath, h & {(1 << bits) - 1})"
-
-
-def _cell_ids(spark: SparkSession, cells: list[tuple[int, ...]]) -> list[int]:
-    """The cells' hashes as :func:`_cell_hash` computes them, computed by Spark (bit for bit)."""
+def _in_cells(spark: SparkSession, cells: list[tuple[int, ...]], bits: int) -> str:
+    """SQL: the row's cell is one of ``cells``, looked up as one 64-bit hash in a hash set. The
+    cells' hashes are computed by Spark, so that they match the rows' bit for bit."""
     from pyspark.sql import functions as F
 
     table = spark.createDataFrame(cells, _CELL_SCHEMA)
-    return sorted({int(r[0]) for r in table.select(F.xxhash64(*CELL)).collect()})
+    ids = sorted({int(r[0]) for r in table.select(F.xxhash64(*CELL)).collect()})
+    return _in_text(f"xxhash64(w, tb, cath, h & {(1 << bits) - 1})", ids)
 
 
 def _of_differing_keys(rows: DataFrame) -> DataFrame:
@@ -457,7 +454,7 @@ def _pick(wide: DataFrame, keys: list[int], cells: list[tuple[int, ...]], bits: 
     if keys:
         tests.append(_in_text("kh", keys))
     if cells:
-        tests.append(_in_text(_cell_hash(bits), _cell_ids(wide.sparkSession, cells)))
+        tests.append(_in_cells(wide.sparkSession, cells, bits))
     return wide.where(" OR ".join(f"({t})" for t in tests) or "false")
 
 
