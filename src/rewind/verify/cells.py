@@ -202,7 +202,8 @@ class CellSearch:
                 return None
         missed = unexplained(table, pure, self.first_bits)
         if missed:  # taken for pure by a chance of 2**-32: read those cells whole (their other rows)
-            more = _pick(self.wide, [], missed, self.first_bits).where(f"NOT ({_in_text('kh', keys)})")
+            more = _pick(self.wide, [], missed, self.first_bits)
+            more = more.join(_lookup(self.spark, "kh", keys), "kh", "left_anti").select(*self.wide.columns)
             rows = rows.unionByName(more)
             table = pa.concat_tables([table, self._arrow(more)])
         out = self._on_driver(rows, table)
@@ -382,23 +383,20 @@ def first_bits(staging: DataFrame, rules: Rules) -> int:
 
 
 def _in_set(expression: str, values: list[int]) -> Column:
-    """``expression IN (values)`` as one SQL text: Spark makes it a hash-set lookup, and one
-    parse costs far less than a literal per value through py4j (``Column.isin``)."""
+    """``expression IN (values)`` as one SQL text, for a few values (a few dozen categories):
+    one parse costs far less than a literal per value through py4j (``Column.isin``). Many
+    values are looked up with :func:`_lookup` instead."""
     from pyspark.sql import functions as F
 
-    return F.expr(_in_text(expression, values))
-
-
-def _in_text(expression: str, values: list[int]) -> str:
-    return f"{expression} IN ({', '.join(str(v) for v in values)})"
+    return F.expr(f"{expression} IN ({', '.join(str(v) for v in values)})")
 
 
 def _select(spark: SparkSession, wide: DataFrame, cells: list[dict[str, int]], bits: int) -> DataFrame:
     """The rows of ``wide`` in ``cells`` (their ``bits`` low bits of the row hash).
 
-    Up to :data:`PREFILTER_VALUES` cells, a hash of each row's cell is first looked up in a
-    hash set: a plain filter, which Spark evaluates below the projections, so only the rows
-    kept are projected whole. An exact (broadcast) semi-join on the cell follows.
+    Up to :data:`PREFILTER_VALUES` cells, the hash of each row's cell is first looked up (see
+    :func:`_lookup`), so only the rows kept are projected whole. An exact (broadcast) semi-join
+    on the cell follows.
     """
     from pyspark.sql import functions as F
 
@@ -406,7 +404,8 @@ def _select(spark: SparkSession, wide: DataFrame, cells: list[dict[str, int]], b
     table = spark.createDataFrame(tuples, _CELL_SCHEMA)
     rows = wide
     if len(cells) <= PREFILTER_VALUES:
-        rows = rows.where(_in_cells(spark, tuples, bits))
+        ids = _lookup(spark, "_cell", _cell_ids(spark, tuples))
+        rows = rows.withColumn("_cell", _cell_id(bits)).join(ids, "_cell", "left_semi").drop("_cell")
     if len(cells) <= BROADCAST_CELLS:
         table = F.broadcast(table)
     kb = F.col("h").bitwiseAND(F.lit((1 << bits) - 1))
@@ -416,14 +415,34 @@ def _select(spark: SparkSession, wide: DataFrame, cells: list[dict[str, int]], b
 _CELL_SCHEMA = "w int, tb bigint, cath bigint, kb bigint"
 
 
-def _in_cells(spark: SparkSession, cells: list[tuple[int, ...]], bits: int) -> str:
-    """SQL: the row's cell is one of ``cells``, looked up as one 64-bit hash in a hash set. The
-    cells' hashes are computed by Spark, so that they match the rows' bit for bit."""
+def _cell_id(bits: int) -> Column:
+    """A row's cell as one number: the 64-bit hash of its four."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64("w", "tb", "cath", F.col("h").bitwiseAND(F.lit((1 << bits) - 1)))
+
+
+def _cell_ids(spark: SparkSession, cells: list[tuple[int, ...]]) -> list[int]:
+    """The distinct :func:`_cell_id` of ``cells``, computed by Spark, so that they match the rows'
+    bit for bit (the cells' columns have the rows' types)."""
     from pyspark.sql import functions as F
 
     table = spark.createDataFrame(cells, _CELL_SCHEMA)
-    ids = sorted({int(r[0]) for r in table.select(F.xxhash64(*CELL)).collect()})
-    return _in_text(f"xxhash64(w, tb, cath, h & {(1 << bits) - 1})", ids)
+    return sorted({int(r[0]) for r in table.select(F.xxhash64(*CELL)).collect()})
+
+
+def _lookup(spark: SparkSession, column: str, values: list[int], flag: str | None = None) -> DataFrame:
+    """A broadcast table of distinct 64-bit ``values`` in ``column`` (with ``flag``, true, beside).
+
+    Joined on, it is a lookup in Spark's long-keyed hash relation. An ``IN`` list of thousands
+    of values is instead a hash set of boxed Longs: it cost ~0.4 s per pass at 10M rows a side
+    (bench/RESULTS.md, eighth session).
+    """
+    from pyspark.sql import functions as F
+
+    if flag is None:
+        return F.broadcast(spark.createDataFrame([(v,) for v in values], f"{column} bigint"))
+    return F.broadcast(spark.createDataFrame([(v, True) for v in values], f"{column} bigint, {flag} boolean"))
 
 
 def _of_differing_keys(rows: DataFrame) -> DataFrame:
@@ -444,18 +463,24 @@ def _of_differing_keys(rows: DataFrame) -> DataFrame:
 
 
 def _pick(wide: DataFrame, keys: list[int], cells: list[tuple[int, ...]], bits: int) -> DataFrame:
-    """The rows of ``wide`` whose key hash is in ``keys`` or whose cell is in ``cells``.
+    """The rows of ``wide`` whose key hash is in ``keys`` (distinct) or whose cell is in ``cells``.
 
-    Both are hash-set lookups in one filter (a cell by the 64-bit hash of its four numbers). A
-    row let through by a collision of cell hashes is harmless: its copy on the other side (if
-    the sides agree) comes with it, and the two cancel.
+    Both are lookups of one 64-bit number in a broadcast table (:func:`_lookup`; a cell by the
+    hash of its four numbers), as left joins on distinct values, so that no row is repeated.
+    A row let through by a collision of cell hashes is harmless: its copy on the other side
+    (if the sides agree) comes with it, and the two cancel.
     """
-    tests = []
+    from pyspark.sql import functions as F
+
+    spark, rows, found = wide.sparkSession, wide, F.lit(False)
     if keys:
-        tests.append(_in_text("kh", keys))
+        rows = rows.join(_lookup(spark, "kh", keys, "_by_key"), "kh", "left")
+        found = found | F.col("_by_key").isNotNull()
     if cells:
-        tests.append(_in_cells(wide.sparkSession, cells, bits))
-    return wide.where(" OR ".join(f"({t})" for t in tests) or "false")
+        ids = _lookup(spark, "_cell", _cell_ids(spark, cells), "_by_cell")
+        rows = rows.withColumn("_cell", _cell_id(bits)).join(ids, "_cell", "left")
+        found = found | F.col("_by_cell").isNotNull()
+    return rows.where(found).select(*wide.columns)
 
 
 PREFILTER_VALUES = 50_000
