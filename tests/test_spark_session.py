@@ -33,6 +33,18 @@ def test_pyspark_query_context_capture_is_off(spark: Any) -> None:
     assert not is_debugging_enabled()
 
 
+def test_aggregations_keep_more_groups_in_their_fast_map(spark: Any) -> None:
+    """Verify's first level groups ~45k cells per task: the first-level hash map holds 2**18
+    groups, and an aggregation past the old 2**16 (into one task) still sums every group."""
+    assert spark.conf.get("spark.sql.codegen.aggregate.fastHashMap.capacityBit") == "18"
+    groups = 100_000
+    rows = spark.range(0, 3 * groups, numPartitions=1).selectExpr(f"id % {groups} AS g", "id")
+    out = rows.groupBy("g").agg({"id": "sum", "*": "count"}).toArrow()
+    assert out.num_rows == groups
+    assert set(out.column("count(1)").to_pylist()) == {3}
+    assert sum(out.column("sum(id)").to_pylist()) == sum(range(3 * groups))
+
+
 def test_tasks_run_this_interpreter_and_this_rewind(spark: Any) -> None:
     import rewind
 

@@ -30,6 +30,10 @@ _DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.shuffle.partitions": "8",
+    # the first, in-cache hash map of an aggregation: 2**18 groups instead of 2**16 before it
+    # spills to the slower map. Verify's first level groups ~45k cells per task; with the
+    # larger map its pass took ~7% less JVM CPU at 10M rows a side (bench/RESULTS.md)
+    "spark.sql.codegen.aggregate.fastHashMap.capacityBit": "18",
     "spark.python.worker.reuse": "true",
     # PySpark's query-context capture: 4-5 py4j round trips on every `functions` call (the
     # active session, the conf, the call site set and cleared), 70% of the round trips of
