@@ -55,6 +55,19 @@ def test_task_counts_reach_the_driver_over_udp_and_foreign_datagrams_are_dropped
         assert listener.counts.records(sizes) == 30
 
 
+@pytest.mark.parametrize("bind", ["127.0.0.1", "0.0.0.0"])
+def test_closing_the_listener_wakes_its_thread(monkeypatch: pytest.MonkeyPatch, bind: str) -> None:
+    """close() does not wait out the thread's poll for a datagram (a run's end waited ~0.2 s),
+    and the wake-up is not taken for a report."""
+    monkeypatch.setattr(ProgressListener, "POLL_S", 60.0)
+    listener = ProgressListener(bind, "127.0.0.1")
+    thread = listener._thread
+    time.sleep(0.05)  # the thread is waiting in recvfrom
+    listener.close()
+    assert not thread.is_alive()
+    assert (listener.counts.received, listener.counts.dropped) == (0, 0)
+
+
 def test_a_reporter_never_fails_its_task() -> None:
     """No listener on the port, an unresolvable host, no address at all: counting goes on."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

@@ -180,11 +180,14 @@ class ProgressListener:
     """The driver's side: a UDP socket and a daemon thread that keeps the latest counts in
     :attr:`counts`, which the driver reads from any thread."""
 
+    POLL_S = 0.25
+    """How long the thread waits for a datagram before it looks whether it was closed."""
+
     def __init__(self, bind_host: str, advertise_host: str) -> None:
         family, _type, _proto, _name, where = socket.getaddrinfo(bind_host, 0, type=socket.SOCK_DGRAM)[0]
         self._sock = socket.socket(family, socket.SOCK_DGRAM)
         self._sock.bind(where)
-        self._sock.settimeout(0.25)
+        self._sock.settimeout(self.POLL_S)
         port = int(self._sock.getsockname()[1])
         self.address = ProgressAddress(advertise_host, port, secrets.token_hex(16))
         self.counts = InFlightCounts(self.address.channel)
@@ -200,13 +203,25 @@ class ProgressListener:
                 continue
             except OSError:  # closed under us
                 return
+            if self._closed.is_set():  # the wake-up of close()
+                return
             self.counts.take(data)
 
     def close(self) -> None:
+        """Stop the thread and close the socket. The thread is woken by an empty datagram: a
+        socket closed under a waiting ``recvfrom`` does not wake it, and waiting out its poll
+        cost every run ~0.2 s at its end (a re-produce of 1M rows takes ~3.5 s)."""
         self._closed.set()
         with contextlib.suppress(OSError):
-            self._sock.close()
+            family = self._sock.family
+            host, port = str(self._sock.getsockname()[0]), int(self._sock.getsockname()[1])
+            if host in ("0.0.0.0", "::"):  # bound to every address: any local one reaches it
+                host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+            with socket.socket(family, socket.SOCK_DGRAM) as waker:
+                waker.sendto(b"", (host, port))
         self._thread.join(timeout=2)
+        with contextlib.suppress(OSError):
+            self._sock.close()
 
     def __enter__(self) -> ProgressListener:
         return self
