@@ -96,7 +96,11 @@ class _Probe:
         """Every value of a partition and the high watermark from the fetch response."""
         from confluent_kafka import KafkaError, TopicPartition
 
-        consumer = clients.private_consumer(self.conf, "doctor", overrides)
+        # a short fetch wait: the read ends at the partition's end, which an empty fetch tells,
+        # and a broker may hold an empty fetch for fetch.wait.max.ms (tansu: the full 500 ms,
+        # on every probe, which every run into a Kafka sink makes once)
+        settings = {"fetch.wait.max.ms": 10, **(overrides or {})}
+        consumer = clients.private_consumer(self.conf, "doctor", settings)
         try:
             consumer.assign([TopicPartition(self.topic, partition, 0)])
             values: list[bytes] = []
