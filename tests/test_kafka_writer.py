@@ -461,7 +461,10 @@ def test_shared_file_pacer_holds_across_processes(tmp_path: Path) -> None:
     # over the window in which any of them was sending (time.monotonic is system-wide)
     window = max(float(r[2]) for r in runs) - min(float(r[1]) for r in runs)
     assert total <= rate * window * 1.1 + 30, f"{total} records in {window:.2f}s at {rate}/s"
-    assert total >= rate * seconds * 0.8
+    # and not far below it: a pacer that held the three to a third of the limit between them
+    # would send ~1,500. (0.8 of the limit failed once under CI's load, at 3,580 of 3,600: three
+    # Python processes on two busy cores fall short of the limit by themselves.)
+    assert total >= rate * seconds * 0.6, f"{total} records in {window:.2f}s at {rate}/s"
 
 
 def test_pacer_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
