@@ -220,7 +220,6 @@ class CellSearch:
         and their rows as dicts (with ``n{i}``, each column's value as the drill-down compares it)."""
         import pyarrow as pa
         import pyarrow.compute as pc
-        from pyspark.sql import functions as F
 
         found, stats, sampled = _differing_keys(t, self.rules)
         self.levels.append(_level(2, KEY_BITS, stats))
@@ -228,8 +227,8 @@ class CellSearch:
         mine = t.filter(pc.is_in(t["kh"], value_set=kept)).drop_columns(["cath"])
         if mine.num_rows <= LOCAL_ROWS:
             return mine.to_pylist(), sampled
-        keys = F.broadcast(self.spark.createDataFrame([(k,) for k in found], "kh bigint"))
-        return rows.join(keys, ["kh"], "left_semi"), sampled  # too many for the driver: read again
+        # too many for the driver: read again
+        return rows.join(_lookup(self.spark, "kh", found), ["kh"], "left_semi"), sampled
 
 
 WINDOW_ROWS = 4_000_000
