@@ -272,7 +272,7 @@ def staged(broker_conf: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
         time.sleep(0.05)
     sink = new_sink(conf, src, tmp)
     run_id = f"r-{uuid.uuid4().hex[:8]}"
-    staging = sink.prepare(run_id, SCHEMA)
+    staging = sink.prepare(run_id, SCHEMA, new_run=True)  # as the runner does for a run's first attempt
     spans = [(p, 0, ROWS_PER_UNIT) for p in range(SOURCE_PARTITIONS)]
     units = [unit(src, p, s, e) for p, s, e in spans]
     files = write_units(sink, staging, spans)
@@ -291,7 +291,7 @@ def test_prepare_creates_the_topic_like_its_source(staged: Staged) -> None:
     assert configs["max.message.bytes"] == "2000000"  # copied from the source
     assert configs["retention.ms"] == "-1"  # not copied: the records carry old source timestamps
     assert configs["message.timestamp.type"] == "CreateTime"
-    # resume: the same staging, from the bookkeeping, and no second topic
+    # resume: the same staging, from the bookkeeping the new run's prepare wrote, and no second topic
     again = new_sink(staged.conf, staged.src, staged.tmp).prepare(staging.run_id, SCHEMA)
     assert again == staging
     # an explicit topic that holds records is not a backfill's own topic

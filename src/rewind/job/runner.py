@@ -168,7 +168,7 @@ def execute(
         done=[u.id for u in plan.units if u.id not in waiting],
     )
     units = {u.id: u for u in plan.units}
-    run = _RunContext()
+    run = _RunContext(new_run=ledger.get_run(run_id).state == "planned")  # before the lease sets it
     try:
         with contextlib.ExitStack() as held:
             held.callback(live.close)
@@ -184,7 +184,7 @@ def execute(
                     # a killed task's open transaction holds the bookkeeping back
                     kafka_loads.fence(settings, ledger, run_id, spec)
                     schema = plan.output_schema()
-                    run.staging = sink.prepare(run_id, schema)
+                    run.staging = sink.prepare(run_id, schema, new_run=run.new_run)
                     run.qsink, run.qstaging = _quarantine(settings, stage.quarantine_table, run_id)
                     ledger.set_state(run_id, "running", staging=run.staging.to_dict())
                     # units commit to the sink, or (a fold into a one-row-per-key sink) to a scratch table
@@ -269,12 +269,12 @@ def execute(
         raise
 
 
-
 @dataclass
 class _RunContext:
     """What the stages of one run hand to the stages after them."""
 
     keeper: Any = None
+    new_run: bool = False  # no attempt took the lease (and prepared staging) before this one
     staging: Staging | None = None
     qsink: IcebergSink | None = None
     qstaging: IcebergStaging | None = None

@@ -80,8 +80,12 @@ class StagingSink(ABC, Generic[S]):
         """Raise a one-line RewindError when the output cannot go there; else describe where it goes."""
 
     @abstractmethod
-    def prepare(self, run_id: str, schema: pa.Schema) -> S:
-        """Create (or, on resume, find again) the staging of ``run_id``."""
+    def prepare(self, run_id: str, schema: pa.Schema, *, new_run: bool = False) -> S:
+        """Create (or, on resume, find again) the staging of ``run_id``.
+
+        ``new_run``: no attempt of the run has prepared staging before (the ledger says so), so
+        there is nothing to find again; a sink whose search costs a read may skip it.
+        """
 
     @abstractmethod
     def staging_from_dict(self, data: dict[str, Any]) -> S: ...

@@ -137,7 +137,7 @@ class IcebergShadowSink(IcebergSink):
             f"{self.table_name}__rewind_prev_{tag}",
         )
 
-    def prepare(self, run_id: str, schema: pa.Schema) -> IcebergShadowStaging:
+    def prepare(self, run_id: str, schema: pa.Schema, *, new_run: bool = False) -> IcebergShadowStaging:
         """Create v2 empty from the output schema (or find it again on resume)."""
         staging = self.shadow_staging(run_id)
         if self._load(staging.table) is None and self._load(staging.prev_table) is None:

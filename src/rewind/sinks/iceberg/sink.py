@@ -119,7 +119,7 @@ class IcebergSink(StagingSink[IcebergStaging]):
         name = f"{self.table_name}__rewind_{run_id.replace('-', '_')}"
         return IcebergStaging(self.target, name, None, None, True)
 
-    def prepare(self, run_id: str, schema: pa.Schema) -> IcebergStaging:
+    def prepare(self, run_id: str, schema: pa.Schema, *, new_run: bool = False) -> IcebergStaging:
         """Create (or find again, on resume) the staging branch or table of ``run_id``."""
         target = self._load(self.table_name)
         if target is None:

@@ -311,7 +311,7 @@ class SqlSink(StagingSink[SqlStaging]):
             base_rows,
         )
 
-    def prepare(self, run_id: str, schema: pa.Schema) -> SqlStaging:
+    def prepare(self, run_id: str, schema: pa.Schema, *, new_run: bool = False) -> SqlStaging:
         """Create staging (a copy of the target, or a new table), or find it again on resume.
 
         Steps, in one transaction: (1) the bookkeeping tables exist; (2) a staging already
