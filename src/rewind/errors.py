@@ -14,6 +14,13 @@ class RewindError(Exception):
     """
 
 
+def error_line(exc: BaseException) -> str:
+    """The class and first line of an error, at most 2,000 characters: what the ledger keeps of
+    a failed run or unit."""
+    text = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {text[0] if text else ''}"[:2000]
+
+
 class ConfigError(RewindError):
     """A setting is missing or has a bad value."""
 

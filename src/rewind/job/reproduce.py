@@ -28,12 +28,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
-from rewind.errors import RewindError
+from rewind.errors import RewindError, error_line
 
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.core.console import RunProgress
-    from rewind.core.counts import RecordCounts
     from rewind.core.units import WorkUnit
     from rewind.job.live import LiveProgress
     from rewind.job.plan import JobPlan
@@ -92,23 +91,6 @@ def reconcile_quarantine(
     qsink.commit(qstaging, run_id, units, [p for u in units for p in missing[u]])
     done_q.update(units)
     ledger.audit(run_id, "reconcile-quarantine", {"units": units})
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{exc.__class__.__name__}: {lines[0] if lines else ''}"[:2000]
-
-
-def _result(kind: Any, unit_id: str, counts: RecordCounts) -> Any:
-    return kind(
-        unit_id,
-        records_read=counts.records_read,
-        emitted=counts.emitted,
-        rows_out=counts.rows_out,
-        quarantined=counts.quarantined,
-        filtered=counts.filtered,
-        reasons=dict(counts.reasons),
-    )
 
 
 def _exists(uri: str) -> bool:
@@ -200,7 +182,7 @@ def run_table_wave(
         t_commit = time.monotonic()
     except Exception as exc:
         try:
-            ledger.fail_units(run_id, [u.id for u in wave], _first_line(exc))
+            ledger.fail_units(run_id, [u.id for u in wave], error_line(exc))
         except Exception:
             log.warning("could not record the failed units of run %s", run_id, exc_info=True)
         raise
@@ -213,7 +195,7 @@ def run_table_wave(
         done_q.update(q_units)
         faults.point("after-quarantine-commit")
     counts = {u: outputs[u].counts.to_dict() for u in ids}
-    ledger.complete_units(run_id, [_result(UnitResult, u, outputs[u].counts) for u in ids])
+    ledger.complete_units(run_id, [UnitResult.of(u, outputs[u].counts) for u in ids])
     faults.point("after-ledger-update")
     if timings is not None:
         timings.append(

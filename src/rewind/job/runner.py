@@ -14,7 +14,8 @@ Steps of a run, in order: the stages of :func:`rewind.job.stages.plan_stages`, w
 5. run the pending units in waves; per wave: offsets that left Kafka since the plan fail the
    run with the lost ranges (:mod:`rewind.job.retention`); Spark reads, processes and writes files;
    the driver checks the conservation law per unit, commits the quarantine files, then the
-   output files with the unit ids and counts in the same commit, then updates the ledger;
+   output files with the unit ids and counts in the same commit, then updates the ledger
+   (:mod:`rewind.job.event_wave`);
 6. read models only (``translate.fold``, or ``replace-window`` on an output column): fold
    the run's rows per key across the window and drop rows outside the replaced window, in
    one commit marked with the run (:mod:`rewind.job.finalize`; for a PostgreSQL sink the
@@ -34,22 +35,17 @@ PostgreSQL staging table (COPY per unit, :mod:`rewind.job.task_loads`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
-import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rewind import faults
 from rewind.core.console import QUIET, Console, RunProgress
-from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
-from rewind.core.units import WorkUnit
-from rewind.errors import RewindError
+from rewind.core.counts import RecordCounts
+from rewind.errors import RewindError, error_line
 from rewind.job import kafka_loads, reproduce, task_loads
+from rewind.job.event_wave import run_event_wave
 from rewind.job.finalize import finalize_run
 from rewind.job.live import LiveProgress
 from rewind.job.merge import merge_run
@@ -226,9 +222,10 @@ def execute(
                             run.done_q, live, _progress(ledger, plan, run_id, live.started), timings,
                         )
                     else:
-                        wave_bytes = _run_wave(
-                            settings, ledger, plan, run_id, wave,
-                            unit_sink, unit_staging, qsink, qstaging, run.done_q, live, timings, run.latest,
+                        wave_bytes = run_event_wave(
+                            settings, ledger, plan, run_id, wave, unit_sink, unit_staging, qsink, qstaging,
+                            run.done_q, live, _progress(ledger, plan, run_id, live.started), timings,
+                            run.latest,
                         )
                         for source, n in wave_bytes.items():
                             run.bytes_read[source] = run.bytes_read.get(source, 0) + n
@@ -256,7 +253,7 @@ def execute(
     except LeaseHeld as exc:
         # nothing ran; a new run fails, a run another process holds is not ours to change
         if ledger.get_run(run_id).state == "planned":
-            ledger.set_state(run_id, "refused", error=_one_line(exc))
+            ledger.set_state(run_id, "refused", error=error_line(exc))
         raise
     except KeyboardInterrupt:
         ledger.set_state(run_id, "interrupted", error=INTERRUPTED)
@@ -265,7 +262,7 @@ def execute(
         if interrupts.seen:  # Ctrl-C cancelled Spark's job, whose error surfaced here instead
             ledger.set_state(run_id, "interrupted", error=INTERRUPTED)
             raise KeyboardInterrupt from exc
-        ledger.set_state(run_id, "failed", error=_one_line(exc))
+        ledger.set_state(run_id, "failed", error=error_line(exc))
         raise
 
 
@@ -383,11 +380,6 @@ def _forget_pacing(run_id: str) -> None:
         remove_shared_state(default_state_dir(), f"{name}-{run_id}")
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{exc.__class__.__name__}: {text[0] if text else ''}"[:2000]
-
-
 
 def _quarantine(settings: Settings, table: str, run_id: str) -> tuple[IcebergSink, IcebergStaging]:
     """The quarantine table (created on first use); written directly, never staged."""
@@ -419,21 +411,9 @@ def _reconcile(ledger: Ledger, sink: StagingSink[Any], staging: Staging, run_id:
     if not recovered:
         return
     counts = sink.committed_counts(staging, run_id)
-    results = [UnitResult(uid, **_counts_for(counts.get(uid))) for uid in sorted(recovered)]
+    results = [UnitResult.of(uid, RecordCounts.from_dict(counts.get(uid) or {})) for uid in sorted(recovered)]
     ledger.complete_units(run_id, results)
     ledger.audit(run_id, "reconcile", {"units_recovered_from_sink": len(recovered)})
-
-
-def _counts_for(data: dict[str, Any] | None) -> dict[str, Any]:
-    c = RecordCounts.from_dict(data or {})
-    return {
-        "records_read": c.records_read,
-        "emitted": c.emitted,
-        "rows_out": c.rows_out,
-        "quarantined": c.quarantined,
-        "filtered": c.filtered,
-        "reasons": c.reasons,
-    }
 
 
 def _parts(
@@ -446,147 +426,6 @@ def _parts(
         return None
     sink = parts_sink(settings, spec)
     return sink, sink.prepare(run_id, schema)
-
-
-def _run_wave(
-    settings: Settings,
-    ledger: Ledger,
-    plan: JobPlan,
-    run_id: str,
-    wave: list[WorkUnit],
-    sink: StagingSink[Any],
-    staging: Staging,
-    qsink: IcebergSink,
-    qstaging: IcebergStaging,
-    done_q: set[str],
-    live: LiveProgress,
-    timings: list[dict[str, Any]] | None = None,
-    latest: dict[str, Any] | None = None,
-) -> dict[str, int]:
-    """Step 5 for one wave: Spark (its progress shown live), conservation per unit, quarantine
-    commit, output commit, ledger. ``latest`` keeps the run's ``latest_per_key`` decision
-    between waves. Returns the record bytes the wave read per source."""
-    from rewind.history.read import read_ranges_from_archive
-    from rewind.ledger.models import UnitResult
-    from rewind.spark import session
-    from rewind.spark.job_stage import StageContext
-    from rewind.spark.pace_server import pace_server_for
-    from rewind.spark.ratelimit import RateLimit
-    from rewind.spark.waves import run_wave
-
-    spec = plan.job_spec()
-    base = _progress(ledger, plan, run_id, live.started)
-    ledger.mark_running(run_id, [u.id for u in wave])
-    spark = session(settings)  # before arming: the kill must land in the job, not in Spark's start
-    ctx = StageContext(
-        run_id=run_id,
-        spec_json=spec.model_dump_json(by_alias=True),
-        output_schema_b64=plan.output_schema_b64,
-        data_folder=sink.data_folder(staging),
-        quarantine_folder=qsink.data_folder(qstaging),
-        kafka_conf=settings.kafka_config(),
-        units=tuple(wave),
-        max_records_per_second=spec.guards.max_records_per_second,
-        rate_limit_id=run_id,
-        progress=live.channel(spark),
-        unit_loader=task_loads.loader_for(sink, staging, plan),
-    )
-    read_archive = None
-    if spec.source.history is not None:
-        read_archive = functools.partial(
-            read_ranges_from_archive,
-            spark,
-            settings,
-            spec.source.history.archive,
-            snapshot_id=(plan.read_plan.get("history") or {}).get("archive_snapshot_id"),
-        )
-    if plan.job_spec().source.window.latest_per_key:
-        ctx = dataclasses.replace(ctx, latest=_latest(ledger, plan, run_id, spark, ctx, read_archive, latest))
-    ctx = kafka_loads.with_loader(ctx, sink, staging, ledger, spark)
-    faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
-    try:
-        t_spark = time.monotonic()
-        limit = RateLimit(spec.guards.max_records_per_second) if spec.guards.max_records_per_second else None
-        with live.wave(base, wave), pace_server_for(spark, limit) as pace:
-            outputs = run_wave(spark, dataclasses.replace(ctx, pace=pace), read_archive)
-        t_commit = time.monotonic()
-        faults.point("after-wave-tasks")  # units its tasks loaded are committed, nothing else
-    except Exception as exc:  # the wave's units are not done: say why in the ledger
-        try:
-            ledger.fail_units(run_id, [u.id for u in wave], _one_line(exc))
-        except Exception:  # best effort: the wave's own error is the one to raise
-            log.warning("could not record the failed units of run %s", run_id, exc_info=True)
-        raise
-    bad = [o for o in outputs.values() if not o.counts.balanced]
-    if bad:
-        c = bad[0].counts
-        raise ConservationViolated(
-            f"unit {bad[0].unit_id}: read {c.records_read} != emitted {c.emitted} + quarantined "
-            f"{c.quarantined} + filtered {c.filtered}"
-        )
-    ids = sorted(outputs)
-    q_files = [f for uid in ids if uid not in done_q for f in outputs[uid].quarantine_files]
-    q_units = [uid for uid in ids if uid not in done_q and outputs[uid].quarantine_files]
-    if q_files:
-        qsink.commit(qstaging, run_id, q_units, q_files)
-        done_q.update(q_units)
-        faults.point("after-quarantine-commit")
-    files = [f for uid in ids for f in outputs[uid].data_files]
-    counts = {uid: outputs[uid].counts.to_dict() for uid in ids}
-    rest = [uid for uid in ids if not outputs[uid].loaded]  # the tasks loaded the others
-    if rest:
-        sink.commit(staging, run_id, rest, files, extra={UNIT_COUNTS_KEY: json.dumps(counts, sort_keys=True)})
-    faults.point("after-sink-commit")
-    ledger.complete_units(run_id, [UnitResult(uid, **_counts_for(counts[uid])) for uid in ids])
-    faults.point("after-ledger-update")
-    wave_bytes: dict[str, int] = {}
-    for out in outputs.values():
-        for source, n in out.bytes_read.items():
-            wave_bytes[source] = wave_bytes.get(source, 0) + n
-    if timings is not None:
-        timings.append(
-            {
-                "units": len(ids),
-                "records": sum(outputs[uid].counts.records_read for uid in ids),
-                "spark_s": t_commit - t_spark,
-                "commit_s": time.monotonic() - t_commit,
-                "stages": _stage_seconds(outputs.values()),
-                "bytes": wave_bytes,
-            }
-        )
-    return wave_bytes
-
-
-def _stage_seconds(outputs: Any) -> dict[str, float]:
-    """The wave's task seconds per stage (read, decode, translate, write), summed over tasks."""
-    from rewind.spark.stage_clock import add_stage_seconds
-
-    total: dict[str, float] = {}
-    for out in outputs:
-        add_stage_seconds(total, out.stage_s)
-    return total
-
-
-def _latest(
-    ledger: Ledger,
-    plan: JobPlan,
-    run_id: str,
-    spark: Any,
-    ctx: Any,
-    read_archive: Any,
-    cache: dict[str, Any] | None,
-) -> Any:
-    """The records ``source.kafka.latest_per_key`` keeps, over every unit of the run (not only
-    the pending ones: a superseding record may sit in a unit already done); once per run
-    attempt, recorded in the audit."""
-    from rewind.spark.latest_per_key import latest_per_key
-
-    cache = {} if cache is None else cache
-    if "latest" not in cache:
-        found = latest_per_key(spark, dataclasses.replace(ctx, units=tuple(plan.units)), read_archive)
-        ledger.audit(run_id, "latest-per-key", found.to_audit())
-        cache["latest"] = found
-    return cache["latest"]
 
 
 def _progress(ledger: Ledger, plan: JobPlan, run_id: str, started: float) -> RunProgress:

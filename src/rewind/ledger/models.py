@@ -123,6 +123,19 @@ class UnitResult:
     filtered: int = 0
     reasons: Mapping[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, unit_id: str, counts: RecordCounts) -> UnitResult:
+        """The result of ``unit_id`` from the counts its task measured (or its commit kept)."""
+        return cls(
+            unit_id,
+            records_read=counts.records_read,
+            emitted=counts.emitted,
+            rows_out=counts.rows_out,
+            quarantined=counts.quarantined,
+            filtered=counts.filtered,
+            reasons=dict(counts.reasons),
+        )
+
     def __post_init__(self) -> None:
         for name in ("records_read", "emitted", "rows_out", "quarantined", "filtered"):
             value = getattr(self, name)
