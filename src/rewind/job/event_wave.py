@@ -91,7 +91,7 @@ def run_event_wave(
             spec.source.history.archive,
             snapshot_id=(plan.read_plan.get("history") or {}).get("archive_snapshot_id"),
         )
-    if plan.job_spec().source.window.latest_per_key:
+    if spec.source.window.latest_per_key:
         ctx = dataclasses.replace(ctx, latest=_latest(ledger, plan, run_id, spark, ctx, read_archive, latest))
     ctx = kafka_loads.with_loader(ctx, sink, staging, ledger, spark)
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")

@@ -164,7 +164,7 @@ def execute(
         done=[u.id for u in plan.units if u.id not in waiting],
     )
     units = {u.id: u for u in plan.units}
-    run = _RunContext(new_run=ledger.get_run(run_id).state == "planned")  # before the lease sets it
+    run = _RunContext()
     try:
         with contextlib.ExitStack() as held:
             held.callback(live.close)
@@ -175,6 +175,9 @@ def execute(
                     # resume must not touch a live run)
                     run.keeper = held.enter_context(ledger.keeper(stage.target, run_id, spec.run.lease_ttl_s))
                     held.enter_context(interrupts)
+                    # read under the lease, so that no other attempt can come between: a run
+                    # still `planned` has never had an attempt past here, nor staging prepared
+                    run.new_run = ledger.get_run(run_id).state == "planned"
                     ledger.set_state(run_id, "running")
                 elif isinstance(stage, PrepareStaging):
                     # a killed task's open transaction holds the bookkeeping back
@@ -378,7 +381,6 @@ def _forget_pacing(run_id: str) -> None:
 
     for name in ("read", "produce"):
         remove_shared_state(default_state_dir(), f"{name}-{run_id}")
-
 
 
 def _quarantine(settings: Settings, table: str, run_id: str) -> tuple[IcebergSink, IcebergStaging]:
