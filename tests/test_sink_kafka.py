@@ -302,6 +302,39 @@ def test_prepare_creates_the_topic_like_its_source(staged: Staged) -> None:
         explicit.prepare(f"r-{uuid.uuid4().hex[:8]}", SCHEMA)
 
 
+def test_a_run_reads_its_log_from_its_prepared_record(staged: Staged) -> None:
+    """The bookkeeping partition holds every run that hashes to it: a prepared run reads its own
+    records from its ``prepared`` record on, and finds there all it finds from the start."""
+    from rewind.sinks.kafka.bookkeeping import bookkeeping_partition, read_run_log, staged_run_log
+
+    conf, partition = staged.conf, bookkeeping_partition(staged.staging.run_id)
+    # a second run in the same partition, after the first run's records
+    ids = (f"r-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+    later_id = next(r for r in ids if bookkeeping_partition(r) == partition)
+    later = new_sink(conf, staged.src, staged.tmp).prepare(later_id, SCHEMA, new_run=True)
+    assert later.log_start > staged.staging.log_start  # past the first run's prepared record and commits
+    for staging, units in ((staged.staging, set(staged.units)), (later, set())):
+        consumer = Consumer({**conf, "group.id": f"t-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
+        try:
+            consumer.assign([TopicPartition(BOOKKEEPING_TOPIC, partition, staging.log_start)])
+            first = consumer.poll(10)
+        finally:
+            consumer.close()
+        assert first is not None and first.error() is None
+        assert (first.offset(), first.key()) == (staging.log_start, f"{staging.run_id}/prepared".encode())
+        whole = read_run_log(conf, BOOKKEEPING_TOPIC, staging.run_id)
+        own = staged_run_log(conf, staging)
+        assert own.units() == whole.units() == units
+        assert (own.commits, own.prepared) == (whole.commits, whole.prepared)
+        assert own.prepared_offset == whole.prepared_offset == staging.log_start
+    # resumed, the later run finds its staging, offset included, again
+    assert new_sink(conf, staged.src, staged.tmp).prepare(later_id, SCHEMA) == later
+    # a staging recorded before Rewind kept the offset reads the whole partition, as it did
+    older = KafkaStaging.from_dict({k: v for k, v in staged.staging.to_dict().items() if k != "log_start"})
+    assert older.log_start == 0
+    assert staged_run_log(conf, older).units() == set(staged.units)
+
+
 def test_commit_writes_keyed_records_with_lineage(staged: Staged) -> None:
     staging, run_id = staged.staging, staged.staging.run_id
     assert [c["rows"] for c in staged.commits] == [2 * ROWS_PER_UNIT, ROWS_PER_UNIT]

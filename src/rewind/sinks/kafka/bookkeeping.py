@@ -62,6 +62,10 @@ class KafkaStaging:
     bookkeeping: str = BOOKKEEPING_TOPIC
     value_format: dict[str, Any] | None = None
     """None: JSON values; else the pinned Avro writer schema (``avro_target.pinned``)."""
+    log_start: int = 0
+    """Offset of the run's ``prepared`` record in its partition of the bookkeeping topic: every
+    record of the run comes after it, so the run's log is read from here (0: from the
+    partition's start, as for a staging recorded before Rewind kept this)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -84,6 +88,7 @@ class KafkaStaging:
             read_committed=str(data.get("read_committed") or "not-probed"),
             bookkeeping=str(data.get("bookkeeping") or BOOKKEEPING_TOPIC),
             value_format=data.get("value_format") or None,
+            log_start=int(data.get("log_start") or 0),
         )
 
     @property
@@ -119,6 +124,8 @@ class RunLog:
     """Everything ``rewind.commits`` holds about one run, in log order."""
 
     prepared: dict[str, Any] | None = None
+    prepared_offset: int = 0
+    """Where the (first) ``prepared`` record is: a resumed run's :attr:`KafkaStaging.log_start`."""
     commits: list[dict[str, Any]] = field(default_factory=list)
     publication: dict[str, Any] | None = None
 
@@ -292,17 +299,20 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def read_run_log(conf: dict[str, Any], topic: str, run_id: str) -> RunLog:
+def read_run_log(conf: dict[str, Any], topic: str, run_id: str, start: int = 0) -> RunLog:
     """The run's records in ``rewind.commits``, read ``read_committed`` to the true end.
 
-    If an open transaction holds the read back for a few seconds, the run's own
-    transactional id is fenced (aborting a zombie commit of the run: a live commit holds
-    the partition for milliseconds) and the read keeps waiting.
+    Read from ``start`` in the run's partition (:attr:`KafkaStaging.log_start` once the run is
+    prepared; see :func:`staged_run_log`): the partition holds the records of every run that
+    hashes to it, a sixteenth of the cluster's whole history. If an open transaction holds the
+    read back for a few seconds, the run's own transactional id is fenced (aborting a zombie
+    commit of the run: a live commit holds the partition for milliseconds) and the read keeps
+    waiting.
     """
     if not topic_is_there(conf, topic):
         return RunLog()
     marks = partition_watermarks(conf, topic, partitions=(bookkeeping_partition(run_id),))
-    lows = {p: low for p, (low, _high) in marks.items()}
+    lows = {p: max(low, start) for p, (low, _high) in marks.items()}
     highs = {p: high for p, (_low, high) in marks.items()}
     prefix = f"{run_id}/".encode()
     out = RunLog()
@@ -320,12 +330,18 @@ def read_run_log(conf: dict[str, Any], topic: str, run_id: str) -> RunLog:
             continue
         kind = record.get("kind")
         if kind == "prepared" and out.prepared is None:
-            out.prepared = record
+            out.prepared, out.prepared_offset = record, int(msg.offset() or 0)
         elif kind == "commit":
             out.commits.append(record)
         elif kind == "publication":
             out.publication = record
     return out
+
+
+def staged_run_log(conf: dict[str, Any], staging: KafkaStaging, run_id: str | None = None) -> RunLog:
+    """:func:`read_run_log` of the run ``staging`` was prepared for, from its ``prepared`` record."""
+    rid = staging.run_id if run_id is None else run_id
+    return read_run_log(conf, staging.bookkeeping, rid, staging.log_start if rid == staging.run_id else 0)
 
 
 def ensure_bookkeeping_topic(conf: dict[str, Any], admin: AdminClient, topic: str) -> None:
@@ -353,8 +369,8 @@ def ensure_bookkeeping_topic(conf: dict[str, Any], admin: AdminClient, topic: st
         )
 
 
-def write_bookkeeping(conf: dict[str, Any], topic: str, key: str, value: dict[str, Any]) -> None:
-    """One record to ``rewind.commits``, flushed and checked.
+def write_bookkeeping(conf: dict[str, Any], topic: str, key: str, value: dict[str, Any]) -> int:
+    """One record to ``rewind.commits``, flushed and checked; returns its offset.
 
     Not an idempotent producer: librdkafka's starts by waiting ~0.5 s for a broker to give it a
     producer id (its PID timer, measured on every such client), which was half a re-produce's
@@ -365,14 +381,16 @@ def write_bookkeeping(conf: dict[str, Any], topic: str, key: str, value: dict[st
     from rewind.kafka.clients import producer as make_producer
 
     errors: list[str] = []
+    offsets: list[int] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err:
+            errors.append(err.str())
+        else:
+            offsets.append(int(msg.offset()))
+
     producer = make_producer(
-        conf,
-        **{
-            "enable.idempotence": False,
-            "acks": "all",
-            "linger.ms": 0,
-            "on_delivery": lambda err, _m: errors.append(err.str()) if err else None,
-        },
+        conf, **{"enable.idempotence": False, "acks": "all", "linger.ms": 0, "on_delivery": delivered}
     )
     try:
         producer.produce(
@@ -385,5 +403,6 @@ def write_bookkeeping(conf: dict[str, Any], topic: str, key: str, value: dict[st
     finally:
         with contextlib.suppress(Exception):
             producer.close()
-    if left or errors:
+    if left or errors or not offsets:
         raise KafkaSinkError(f"could not write {key} to {topic}: {errors[0] if errors else 'not delivered'}")
+    return offsets[0]

@@ -12,8 +12,8 @@ from rewind.sinks.kafka.bookkeeping import (
     KafkaStaging,
     now_iso,
     published_view,
-    read_run_log,
     short_error,
+    staged_run_log,
     write_bookkeeping,
 )
 from rewind.sinks.kafka.exceptions import KafkaSinkError
@@ -39,7 +39,7 @@ def promote_topic(sink: KafkaTopicSink, staging: KafkaStaging) -> Swap:
     under-report); (3) check the offsets can hold the rows the commits recorded; (4) write
     the ``published`` record.
     """
-    runlog = read_run_log(sink.conf, staging.bookkeeping, staging.run_id)
+    runlog = staged_run_log(sink.conf, staging)
     before = runlog.publication
     if runlog.state == "published":
         return Swap(sink.target, "promote", None, published_view(before), True)
@@ -74,7 +74,7 @@ def promote_topic(sink: KafkaTopicSink, staging: KafkaStaging) -> Swap:
 
 def withdraw_topic(sink: KafkaTopicSink, staging: KafkaStaging, promoted: dict[str, Any]) -> Swap:
     """Record the topic as ``withdrawn``; idempotent. The topic stays until ``rewind cleanup``."""
-    runlog = read_run_log(sink.conf, staging.bookkeeping, staging.run_id)
+    runlog = staged_run_log(sink.conf, staging)
     after = {"topic": staging.topic, "state": "withdrawn"}
     if runlog.state in ("withdrawn", "deleted"):
         return Swap(sink.target, "rollback", promoted.get("after"), after, True)
@@ -109,7 +109,7 @@ def cleanup_topic(sink: KafkaTopicSink, staging: KafkaStaging) -> dict[str, Any]
     """
     from rewind.kafka.clients import admin as make_admin
 
-    runlog = read_run_log(sink.conf, staging.bookkeeping, staging.run_id)
+    runlog = staged_run_log(sink.conf, staging)
     if runlog.state == "published":
         raise KafkaSinkError(
             f"topic {staging.topic} is published (consumers may be reading it); "

@@ -87,6 +87,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +104,7 @@ from rewind.sinks.kafka.bookkeeping import (
     now_iso,
     probe_read_committed,
     read_run_log,
+    staged_run_log,
     units_digest,
     write_bookkeeping,
 )
@@ -253,10 +255,10 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         for a ``new_run``, which has none (the read took 30-240 ms of a 200k-row re-produce's
         ~0.3 s of fixed cost, and grows with the topic): a ``prepared`` record means resume —
         return its staging, re-creating the topic only if preparation was cut short before any
-        commit; (3) a topic of that name that already
-        holds records is refused (it is not this run's); an empty one is used as it is;
-        (4) write the ``prepared`` record; (5) create the topic and wait until metadata shows
-        every partition.
+        commit; (3) a topic of that name that already holds records is refused (it is not this
+        run's); an empty one is used as it is; (4) write the ``prepared`` record, whose offset
+        becomes the staging's ``log_start`` (the run's later reads of its bookkeeping start
+        there); (5) create the topic and wait until metadata shows every partition.
         """
         from rewind.kafka.clients import admin as make_admin
         from rewind.kafka.clients import cluster_metadata
@@ -271,7 +273,8 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             )
         md = cluster_metadata(self.conf)
         if runlog.prepared is not None:
-            staging = KafkaStaging.from_dict(runlog.prepared["staging"])
+            found = KafkaStaging.from_dict(runlog.prepared["staging"])
+            staging = replace(found, log_start=runlog.prepared_offset)
             meta = md.topics.get(staging.topic)
             if meta is None:
                 if runlog.commits or not staging.created:
@@ -339,7 +342,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             bookkeeping=self.bookkeeping,
             value_format=value_format,
         )
-        write_bookkeeping(
+        at = write_bookkeeping(
             self.conf,
             self.bookkeeping,
             f"{run_id}/prepared",
@@ -354,7 +357,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         if created:
             create_topic(self.conf, admin, topic, partitions, replication_of(md, self.source_topics), configs)
         log.info("run %s stages to %s (%s)", run_id, staging.describe(), staging.guarantee())
-        return staging
+        return replace(staging, log_start=at)
 
     def staging_from_dict(self, data: dict[str, Any]) -> KafkaStaging:
         return KafkaStaging.from_dict(data)
@@ -370,11 +373,11 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         return folder.as_uri()
 
     def committed_units(self, staging: KafkaStaging, run_id: str) -> set[str]:
-        return read_run_log(self.conf, staging.bookkeeping, run_id).units()
+        return staged_run_log(self.conf, staging, run_id).units()
 
     def committed_counts(self, staging: KafkaStaging, run_id: str) -> dict[str, dict[str, Any]]:
         """The per-unit counts of the run's commit markers (``extra["rewind.unit-counts"]``)."""
-        return read_run_log(self.conf, staging.bookkeeping, run_id).counts()
+        return staged_run_log(self.conf, staging, run_id).counts()
 
     # -- commit -------------------------------------------------------------------------------
 
@@ -419,7 +422,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             runlog = (
                 known
                 if (was_clean and known is not None)
-                else read_run_log(self.conf, staging.bookkeeping, run_id)
+                else staged_run_log(self.conf, staging, run_id)
             )
             done = runlog.units()
             todo = sorted(u for u in unit_ids if u not in done)

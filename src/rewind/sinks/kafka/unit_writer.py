@@ -50,7 +50,7 @@ from rewind.sinks.kafka.bookkeeping import (
     KafkaStaging,
     bookkeeping_partition,
     now_iso,
-    read_run_log,
+    staged_run_log,
     units_digest,
 )
 from rewind.sinks.kafka.commit_writer import PRODUCER_DEFAULTS, target_partitions
@@ -130,7 +130,7 @@ class UnitSession:
         try:
             self._txn.open()  # 1. fences an earlier attempt of this unit
             runlog = (
-                None if first_attempt else read_run_log(self.writer.conf, self.staging.bookkeeping, run_id)
+                None if first_attempt else staged_run_log(self.writer.conf, self.staging, run_id)
             )
             for marker in runlog.commits if runlog is not None else ():  # 2.
                 if self.unit_id in marker.get("units", []):
@@ -290,7 +290,7 @@ def committed_quarantine_files(
 ) -> dict[str, list[str]]:
     """Per unit committed by a unit transaction, the quarantine files its marker names."""
     out: dict[str, list[str]] = {}
-    for marker in read_run_log(conf, staging.bookkeeping, run_id).commits:
+    for marker in staged_run_log(conf, staging, run_id).commits:
         files = (marker.get("extra") or {}).get(QUARANTINE_FILES) or {}
         for unit_id, paths in files.items():
             out[str(unit_id)] = [str(p) for p in paths]
