@@ -161,6 +161,37 @@ def test_a_cast_failure_in_bulk_names_the_field() -> None:
     assert out.events["id"].tolist() == [1]
 
 
+def test_a_float_beyond_float32_is_a_cast_failure_not_infinity() -> None:
+    """A ``float`` field stores float32: a finite value it cannot hold is quarantined by name,
+    on both paths, where it used to become infinity (a value lost without a trace)."""
+    import numpy as np
+
+    from rewind.translate.json_bulk import FLOAT32_OVERFLOW
+
+    largest = float(np.finfo(np.float32).max)
+    values = [
+        json.dumps({"id": 1, "amount": largest}).encode(),
+        json.dumps({"id": 2, "amount": -1e39}).encode(),
+        json.dumps({"id": 3, "amount": 2.5}).encode(),
+        json.dumps({"id": 4, "amount": FLOAT32_OVERFLOW}).encode(),
+        json.dumps({"id": 5, "amount": np.nextafter(FLOAT32_OVERFLOW, 0.0)}).encode(),  # rounds down
+    ]
+    schema = {"id": "long", "amount": "float"}
+    assert bulk_decode(batch_of(values), schema, True, cast_columns) is None  # record by record
+    decoder = JsonDecoder(schema)
+    for out in (decoder.decode(batch_of(values)), decoder.decode_each(batch_of(values))):
+        assert out.events["id"].tolist() == [1, 3, 5]
+        amounts = out.events["amount"].to_numpy()
+        assert amounts.dtype == np.float32 and np.isfinite(amounts).all()
+        assert amounts.tolist() == [largest, 2.5, largest]
+        assert [(f.row, f.reason) for f in out.failures] == [
+            (1, "field 'amount': cannot cast -1e+39 to float"),
+            (3, f"field 'amount': cannot cast {FLOAT32_OVERFLOW!r} to float"),
+        ]
+    # in range, the batch stays on the bulk path
+    assert bulk_decode(batch_of([values[0], values[2], values[4]]), schema, True, cast_columns) is not None
+
+
 def test_a_sliced_batch_reads_only_its_own_values() -> None:
     values: list[bytes | None] = [json.dumps({"id": i, "status": f"s{i}"}).encode() for i in range(20)]
     values[7] = None

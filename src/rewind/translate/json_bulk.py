@@ -30,6 +30,10 @@ from rewind.core.columns import is_reserved
 from rewind.translate.decoder import TOMBSTONE_REASON, Decoded, events_frame
 from rewind.translate.failures import Failure
 
+FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+"""Finite doubles of at least this magnitude become infinity as float32 (the largest float32
+is 2**128 - 2**104, and half its last place rounds up): a ``float`` field refuses them."""
+
 _OPEN, _CLOSE, _NL = ord("{"), ord("}"), ord("\n")
 # Arrow types whose ``to_pylist`` gives exactly the Python objects the stdlib parser would
 # (a double does not: 1 and 1.0 are both 1.0 there, and nested values lose missing keys)
@@ -140,7 +144,11 @@ def _vectorized(col: pa.ChunkedArray, type_name: str) -> Any:
     if type_name in ("double", "float"):
         if t in (pa.int64(), pa.float64()):
             out = col.cast(pa.float64()).to_numpy()
-            return out if type_name == "double" else out.astype(np.float32)
+            if type_name == "double":
+                return out
+            if np.any(np.isfinite(out) & (np.abs(out) >= FLOAT32_OVERFLOW)):
+                return None  # record by record: those records fail their cast, by name
+            return out.astype(np.float32)
         return None
     if type_name == "boolean" and t == pa.bool_():
         return _nullable(col, "boolean")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
@@ -30,7 +31,7 @@ from rewind.translate.decoder import (
 )
 from rewind.translate.exceptions import DecoderConfigError
 from rewind.translate.failures import Failure
-from rewind.translate.json_bulk import bulk_decode
+from rewind.translate.json_bulk import FLOAT32_OVERFLOW, bulk_decode
 
 _STDLIB_JSON_DECODE = json.JSONDecoder().decode
 _NOT_PARSED = object()
@@ -131,6 +132,13 @@ def _to_float(v: Any) -> float:
     raise TypeError
 
 
+def _to_float32(v: Any) -> float:
+    out = _to_float(v)
+    if abs(out) >= FLOAT32_OVERFLOW and math.isfinite(out):
+        raise OverflowError  # it would be stored as infinity: a cast failure, not a lost value
+    return out
+
+
 def _to_bool(v: Any) -> bool:
     if type(v) is bool:
         return v
@@ -164,7 +172,7 @@ _JSON_TYPES: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "string": (_to_string, object),
     "int": (_int_caster(32), "Int32"),
     "long": (_int_caster(64), "Int64"),
-    "float": (_to_float, "float32"),
+    "float": (_to_float32, "float32"),
     "double": (_to_float, "float64"),
     "boolean": (_to_bool, "boolean"),
     "timestamp": (_to_timestamp, "datetime64[us, UTC]"),
