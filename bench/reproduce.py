@@ -20,8 +20,8 @@ Same run, same broker, same records (default 200,000 accounts in a SQLite file, 
 ``--warmup`` repeats (default 1) reported apart: a session's first Spark job with Python starts
 its Python workers and their imports (pandas, pyarrow, SQLAlchemy, the translate), 3-4 s that a
 long-lived service pays once and a ``rewind run`` from the shell pays every time, and the JIT
-and the broker's new topics settle over the first repeats (a warm-up's ratio is 0.2-0.6 where
-the next are 0.6-0.8 at 200,000 rows). As in ``bench/verify.py``, each figure and its peer are
+and the broker's new topics settle over the first repeats (at 200,000 rows on 2026-11-26 a
+warm-up's ratio was 0.12-0.20, the next repeats' 0.42-0.88). As in ``bench/verify.py``, each figure and its peer are
 thus measured alike, in steady state, and the cold figure is printed beside them.
 
 Prints rows/s of each and the ratio a/b; ``--json PATH`` writes them. Usage:
