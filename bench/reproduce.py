@@ -21,8 +21,9 @@ Same run, same broker, same records (default 200,000 accounts in a SQLite file, 
 its Python workers and their imports (pandas, pyarrow, SQLAlchemy, the translate), 3-4 s that a
 long-lived service pays once and a ``rewind run`` from the shell pays every time, and the JIT
 and the broker's new topics settle over the first repeats (at 200,000 rows on 2026-11-26 a
-warm-up's ratio was 0.12-0.20, the next repeats' 0.42-0.88). As in ``bench/verify.py``, each figure and its peer are
-thus measured alike, in steady state, and the cold figure is printed beside them.
+warm-up's ratio was 0.12-0.20, the next repeats' 0.42-0.88). As in ``bench/verify.py``, each
+figure and its peer are thus measured alike, in steady state, and the cold figure is printed
+beside them.
 
 Prints rows/s of each and the ratio a/b; ``--json PATH`` writes them. Usage:
 ``python bench/reproduce.py [--rows N] [--ranges R] [--postgres URL] [--repeat 3] [--warmup 1]``;
