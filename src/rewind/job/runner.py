@@ -219,16 +219,16 @@ def execute(
                         raise
                     unit_sink, unit_staging = run.unit_target(sink)
                     qsink, qstaging = run.quarantine()
+                    base = _progress(ledger, plan, run_id, live.started)  # before the wave
                     if spec.source.table is not None:
                         reproduce.run_table_wave(
                             settings, ledger, plan, run_id, wave, unit_staging, qsink, qstaging,
-                            run.done_q, live, _progress(ledger, plan, run_id, live.started), timings,
+                            run.done_q, live, base, timings,
                         )
                     else:
                         wave_bytes = run_event_wave(
                             settings, ledger, plan, run_id, wave, unit_sink, unit_staging, qsink, qstaging,
-                            run.done_q, live, _progress(ledger, plan, run_id, live.started), timings,
-                            run.latest,
+                            run.done_q, live, base, timings, run.latest,
                         )
                         for source, n in wave_bytes.items():
                             run.bytes_read[source] = run.bytes_read.get(source, 0) + n
