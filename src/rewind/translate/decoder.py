@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rewind.core.arrow import kafka_record_schema
 from rewind.core.columns import (
@@ -105,12 +106,23 @@ def _input_columns(batch: pa.RecordBatch, rows: np.ndarray) -> dict[str, Any]:
     sub = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows, type=pa.int64()))
     return {
         ROW: rows,
-        SRC_TOPIC: sub.column("topic").to_numpy(zero_copy_only=False),
+        SRC_TOPIC: _objects(sub.column("topic")),
         SRC_PARTITION: sub.column("partition").to_numpy(zero_copy_only=False),
         SRC_OFFSET: sub.column("offset").to_numpy(zero_copy_only=False),
         SRC_TIMESTAMP: pandas_timestamps(sub.column("timestamp")),
         SRC_KEY: sub.column("key").to_numpy(zero_copy_only=False),
     }
+
+
+def _objects(column: pa.Array) -> np.ndarray:
+    """A column as Python objects; a column of one value (the topic of a batch, nearly always)
+    holds that one object n times instead of n equal copies."""
+    n = len(column)
+    if n > 1 and column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py():
+        out = np.empty(n, dtype=object)
+        out.fill(column[0].as_py())  # np.full would copy the value into n new objects, 13x slower
+        return out
+    return column.to_numpy(zero_copy_only=False)
 
 
 _ZONES: dict[str, Any] = {}

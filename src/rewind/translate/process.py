@@ -117,6 +117,9 @@ def _to_arrow(
                 f"output column {target.name!r} cannot be converted to Arrow{want} ({e}); make the translate "
                 "return one type per column, or fix translate.output_schema / the decode schema"
             ) from e
+        if not explicit and (pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)):
+            # pandas' Arrow-backed text (decode: rows) holds large strings: infer what object text gives
+            arr = arr.cast(pa.string() if pa.types.is_large_string(arr.type) else pa.binary())
         arrays.append(arr)
         fields.append(target if explicit else pa.field(target.name, arr.type))
     return arrays, fields

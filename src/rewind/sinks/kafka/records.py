@@ -141,7 +141,7 @@ class RecordEncoder:
         if missing:
             raise ValueError(f"key column(s) {missing} are not output columns")
         self._values = values if values is not None else self._json_values
-        self._loop = _produce_loop(["value"], prebuilt=True)
+        self._loops = (_produce_loop(keep=False), _produce_loop(keep=True))
         self._composite_key = _row_json(list(self.key_columns)) if len(self.key_columns) > 1 else None
 
     def encode(self, batch: pa.RecordBatch) -> EncodedBatch:
@@ -149,24 +149,19 @@ class RecordEncoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        columns = {name: json_ready(batch.column(name)) for name in self.key_columns}
         event_ids = _plain(batch.column(EVENT_ID))
         topics = batch.column(SOURCE_TOPIC)
         partitions = batch.column(SOURCE_PARTITION)
-        offsets = batch.column(SOURCE_OFFSET)
-        sources = pc.binary_join_element_wise(
-            topics, partitions.cast(pa.string()), offsets.cast(pa.string()), "/"
-        )
         millis = batch.column(SOURCE_TIMESTAMP).cast(pa.timestamp("ms", "UTC"), safe=False).cast(pa.int64())
         synthetic = pc.if_else(batch.column(SYNTHETIC), "true", "false")
         return EncodedBatch(
             columns=[self._values(batch)],
-            keys=self._keys(batch, columns, event_ids),
-            timestamps=_plain(pc.fill_null(millis, 0)),
+            keys=self._keys(batch, event_ids),
+            timestamps=_same_or_each(pc.fill_null(millis, 0)),
             topics=topics,
             partitions=partitions,
             event_ids=event_ids,
-            sources=_plain(sources),
+            sources=_sources(topics, partitions, batch.column(SOURCE_OFFSET)),
             lineage=[
                 _header_values(H_TRANSFORM, batch.column(TRANSFORM)),
                 _header_values(H_VERSION, batch.column(TRANSFORM_VERSION)),
@@ -201,32 +196,25 @@ class RecordEncoder:
         """
         import itertools
 
-        keep_list = keep if keep is not None else itertools.repeat(True)
-        lineage = [itertools.repeat(h) if isinstance(h, tuple) else h for h in encoded.lineage]
-        return int(
-            self._loop(
-                produce,
-                when_full,
-                topic,
-                encoded.keys,
-                partitions,
-                encoded.timestamps,
-                encoded.event_ids,
-                encoded.sources,
-                *lineage,
-                keep_list,
-                *encoded.columns,
-            )
-        )
+        repeat = itertools.repeat
+        headers = [  # strict=False: repeat() never ends
+            zip(repeat(H_EVENT_ID), encoded.event_ids, strict=False),
+            zip(repeat(H_SOURCE), encoded.sources, strict=False),
+            *(repeat(h) if isinstance(h, tuple) else h for h in encoded.lineage),
+        ]
+        flags = () if keep is None else (keep,)
+        loop = self._loops[keep is not None]
+        rows = (encoded.keys, partitions, encoded.timestamps, encoded.columns[0])
+        return int(loop(produce, when_full, topic, *rows, *headers, *flags))
 
-    def _keys(self, batch: pa.RecordBatch, columns: dict[str, list[Any]], event_ids: list[str]) -> list[Any]:
+    def _keys(self, batch: pa.RecordBatch, event_ids: list[str]) -> list[Any]:
         import orjson
         import pyarrow as pa
 
         if not self.key_columns:
             return event_ids
         if self._composite_key is not None:
-            return self._composite_key(*(columns[n] for n in self.key_columns))
+            return self._composite_key(*(json_ready(batch.column(n)) for n in self.key_columns))
         name = self.key_columns[0]
         kind = batch.schema.field(name).type
         if (
@@ -240,7 +228,36 @@ class RecordEncoder:
         if pa.types.is_integer(kind):  # JSON of an int: its decimal text, cast by Arrow at once
             return _plain(batch.column(name).cast(pa.string()).cast(pa.binary()))
         dumps = orjson.dumps
-        return [None if v is None else dumps(v, default=json_default) for v in columns[name]]
+        return [None if v is None else dumps(v, default=json_default) for v in json_ready(batch.column(name))]
+
+
+def _same_or_each(column: pa.Array) -> list[Any]:
+    """A column without nulls as Python values: one object repeated when every value is the same
+    (a re-produce's timestamps are its extraction time), else one per value."""
+    import pyarrow.compute as pc
+
+    if len(column) > 1 and column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py():
+        return [column[0].as_py()] * len(column)
+    return _plain(column)
+
+
+def _sources(topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> list[str]:
+    """``<topic>/<partition>/<offset>`` of each row; when the batch holds one topic and partition
+    (a work unit's batch), the offsets' text is joined to that one prefix."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if (
+        len(topics)
+        and topics.null_count == 0
+        and partitions.null_count == 0
+        and pc.all(pc.equal(topics, topics[0])).as_py()
+        and pc.all(pc.equal(partitions, partitions[0])).as_py()
+    ):
+        prefix = pa.scalar(f"{topics[0].as_py()}/{partitions[0].as_py()}/", pa.string())
+        return _plain(pc.binary_join_element_wise(prefix, offsets.cast(pa.string()), ""))
+    each = pc.binary_join_element_wise(topics, partitions.cast(pa.string()), offsets.cast(pa.string()), "/")
+    return _plain(each)
 
 
 def _header_values(name: str, column: pa.Array) -> HeaderColumn:
@@ -275,8 +292,6 @@ def _compile(source: str, name: str) -> Callable[..., Any]:
     scope: dict[str, Any] = {
         "dumps": orjson.dumps,
         "default": json_default,
-        "H_EVENT_ID": H_EVENT_ID,
-        "H_SOURCE": H_SOURCE,
     }
     exec(compile(source, f"<rewind {name}>", "exec"), scope)
     function: Callable[..., Any] = scope[name]
@@ -298,25 +313,19 @@ def _row_json(names: list[str]) -> Callable[..., list[bytes]]:
     return _compile(source, "row_json")
 
 
-def _produce_loop(names: list[str], prebuilt: bool = False) -> Callable[..., int]:
-    """The hot loop: one ``dumps`` and one ``produce`` per row, generated for the columns
-    (``prebuilt``: one column holds the values, made before the loop)."""
-    params = [f"c{i}" for i in range(len(names))]
-    if prebuilt:
-        value = "c0"
-    else:
-        value = f"dumps({_dict_literal(names, params)}, default=default)" if names else "b'{}'"
-    row = ", ".join(["k", "p", "ts", "eid", "src", "h0", "h1", "h2", "h3", "h4", "ok", *params])
-    columns = "".join(", " + p for p in params)
+def _produce_loop(keep: bool) -> Callable[..., int]:
+    """The hot loop: one ``produce`` per row of values made before it. Each header arrives as a
+    ready ``(name, value)`` tuple (``zip`` builds the per-row ones in C, ~15% of the loop saved);
+    ``keep``: a column of flags says which rows to produce."""
+    headers = [f"h{i}" for i in range(len(HEADER_NAMES))]
+    names = ", ".join(headers)
+    flag, test = (", ok", "        if not ok:\n            continue\n") if keep else ("", "")
     source = (
-        f"def produce_loop(produce, when_full, topic, keys, partitions, stamps, eids, srcs,"
-        f" l0, l1, l2, l3, l4, keep{columns}):\n"
+        f"def produce_loop(produce, when_full, topic, keys, partitions, stamps, values, {names}{flag}):\n"
         f"    n = 0\n"
-        f"    for {row} in zip(keys, partitions, stamps, eids, srcs, l0, l1, l2, l3, l4, keep{columns}):\n"
-        f"        if not ok:\n"
-        f"            continue\n"
-        f"        v = {value}\n"
-        f"        h = [(H_EVENT_ID, eid), (H_SOURCE, src), h0, h1, h2, h3, h4]\n"
+        f"    for k, p, ts, v, {names}{flag} in zip(keys, partitions, stamps, values, {names}{flag}):\n"
+        f"{test}"
+        f"        h = [{names}]\n"
         f"        try:\n"
         f"            produce(topic, v, k, p, None, None, ts, h)\n"
         f"        except BufferError:\n"
