@@ -24,7 +24,8 @@ class Decode(_Model):
         description=(
             "`json`: a JSON object per value; `avro`: Confluent wire format (magic byte, schema "
             "id, Avro body); `raw`: no decoding, the value stays bytes; `rows` (a table source "
-            "only): the table's columns as the database types them."
+            "only): the table's columns as the database types them, text as pandas' Arrow-backed "
+            "`str` dtype ([reproduce.md](reproduce.md))."
         ),
     )
     registry_url: str | None = Field(
