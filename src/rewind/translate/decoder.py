@@ -28,9 +28,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from rewind.core.arrow import kafka_record_schema
+from rewind.core.arrow import is_constant, kafka_record_schema
 from rewind.core.columns import (
     ROW,
     ROW_INDEX,
@@ -117,9 +116,8 @@ def _input_columns(batch: pa.RecordBatch, rows: np.ndarray) -> dict[str, Any]:
 def _objects(column: pa.Array) -> np.ndarray:
     """A column as Python objects; a column of one value (the topic of a batch, nearly always)
     holds that one object n times instead of n equal copies."""
-    n = len(column)
-    if n > 1 and column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py():
-        out = np.empty(n, dtype=object)
+    if is_constant(column):
+        out = np.empty(len(column), dtype=object)
         out.fill(column[0].as_py())  # np.full would copy the value into n new objects, 13x slower
         return out
     return column.to_numpy(zero_copy_only=False)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.arrow import is_constant
 from rewind.core.columns import (
     EVENT_ID,
     EXTRACTED_AT,
@@ -234,9 +235,7 @@ class RecordEncoder:
 def _same_or_each(column: pa.Array) -> list[Any]:
     """A column without nulls as Python values: one object repeated when every value is the same
     (a re-produce's timestamps are its extraction time), else one per value."""
-    import pyarrow.compute as pc
-
-    if len(column) > 1 and column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py():
+    if is_constant(column):
         return [column[0].as_py()] * len(column)
     return _plain(column)
 
@@ -247,13 +246,7 @@ def _sources(topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> list[
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if (
-        len(topics)
-        and topics.null_count == 0
-        and partitions.null_count == 0
-        and pc.all(pc.equal(topics, topics[0])).as_py()
-        and pc.all(pc.equal(partitions, partitions[0])).as_py()
-    ):
+    if is_constant(topics) and is_constant(partitions):
         prefix = pa.scalar(f"{topics[0].as_py()}/{partitions[0].as_py()}/", pa.string())
         return _plain(pc.binary_join_element_wise(prefix, offsets.cast(pa.string()), ""))
     each = pc.binary_join_element_wise(topics, partitions.cast(pa.string()), offsets.cast(pa.string()), "/")
@@ -266,8 +259,7 @@ def _header_values(name: str, column: pa.Array) -> HeaderColumn:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if len(column) and column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py():
-        # the usual case, ~6x cheaper than the dictionary below for a column of text
+    if is_constant(column):  # the usual case: ~6x cheaper than the dictionary below for text
         value = _iso(column[:1]) if pa.types.is_timestamp(column.type) else _plain(column[:1])
         return (name, value[0])
     encoded = pc.dictionary_encode(column)
