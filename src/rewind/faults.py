@@ -24,6 +24,11 @@ it is acknowledged). A re-produce's unit transactions, and a Kafka-source unit p
 task, add ``reproduce-before-marker`` and ``reproduce-before-end`` (in the Spark task).
 ``REWIND_FAULT_ONCE=<path>`` makes a point fire in one process only (see
 :func:`_first_across_processes`).
+
+Slow points: ``REWIND_FAULT_PAUSE=<point>:<seconds>`` (several: comma-separated) makes
+:func:`pause` sleep that long each time the run passes ``point``, for tests of what a slow step
+must not get wrong. ``shadow-verify-read`` sits between the reads of v2 and v1 in
+:mod:`rewind.shadow.verify`.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 _seen: dict[str, int] = {}
 _lock = threading.Lock()
@@ -70,6 +76,17 @@ def _first_across_processes(name: str) -> bool:
     except FileExistsError:
         return False
     return True
+
+
+def pause(name: str) -> None:
+    """Sleep at ``name`` as long as ``REWIND_FAULT_PAUSE`` says (unset: one dict lookup)."""
+    wanted = os.environ.get("REWIND_FAULT_PAUSE")
+    if not wanted:
+        return
+    for item in wanted.split(","):
+        target, _, seconds = item.strip().partition(":")
+        if target == name:
+            time.sleep(float(seconds or 0))
 
 
 def after(seconds: float, name: str) -> None:

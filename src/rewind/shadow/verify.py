@@ -20,6 +20,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from rewind import faults
 from rewind.core.columns import SOURCE_TIMESTAMP
 from rewind.shadow.exceptions import ShadowError
 
@@ -73,6 +74,11 @@ def verify_once(settings: Settings, ctx: ShadowContext) -> dict[str, Any]:
         raise ShadowError(
             f"shadow {ctx.record.name} is {ctx.record.state}: only a tailing (or cut) shadow is verified"
         )
+    # the cutoff before anything is read: an event older than it is in both tables by the time
+    # either is read (each side's lag under settle_s). Taken after the reads, a read slower than
+    # settle_s moved it past events one side had not applied yet, which then showed as changed
+    # rows (a false no-go seen with v2's lag at 6 s and settle_s 20)
+    cutoff = datetime.now(UTC) - timedelta(seconds=ctx.config.settle_s)
     spark = session(settings)
     sink: Any = ctx.sink
     staging: Any = ctx.staging
@@ -89,9 +95,9 @@ def verify_once(settings: Settings, ctx: ShadowContext) -> dict[str, Any]:
     # the cutoff as a difference on a key the filter had kept (seen under load, where a
     # verification took a minute)
     v2 = v2.withColumn(SOURCE_TIMESTAMP, F.col(SOURCE_TIMESTAMP).cast("timestamp")).localCheckpoint()
+    faults.pause("shadow-verify-read")
     v1 = v1.withColumn(SOURCE_TIMESTAMP, F.col(SOURCE_TIMESTAMP).cast("timestamp")).localCheckpoint()
     config = ctx.config
-    cutoff = datetime.now(UTC) - timedelta(seconds=config.settle_s)
     key = list(ctx.spec.key)
     v2s, v1s, unsettled = settled(v2, v1, key, cutoff.replace(tzinfo=None))
     report = verify_frames(
