@@ -255,3 +255,27 @@ def check_shape(
 
     again = compensate_run(settings, run_id, out, shape)
     assert again["already_done"] and len(read_topic(conf, out)) == len(msgs)
+
+
+def test_a_missing_topic_is_refused_in_one_line_and_not_created(
+    broker: TestBroker, iceberg_case: Case
+) -> None:
+    """Both embedded brokers create a topic a metadata request names when the client allows it
+    (librdkafka's admin and producer clients do by default): the check must not."""
+    from rewind.job.compensate import CompensateRefused, compensate_run
+    from rewind.kafka.clients import cluster_metadata
+
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(iceberg_case.state)},
+        cwd=iceberg_case.state.parent,
+    )
+    conf = settings.kafka_config()
+    missing = f"no-such-model-{uuid.uuid4().hex[:8]}"
+    for dry_run in (True, False):
+        with pytest.raises(CompensateRefused) as refused:
+            compensate_run(settings, iceberg_case.run_id, missing, dry_run=dry_run)
+        assert str(refused.value) == (
+            f"--topic {missing}: no such topic on the broker; create it as the live producer's"
+        )
+    time.sleep(0.5)  # a creation, had there been one, is visible by now on either broker
+    assert missing not in cluster_metadata(conf).topics

@@ -122,6 +122,7 @@ def compensate_run(
                 f"run {run_id}: compensation diffs a table staging (Iceberg, PostgreSQL or SQLite) "
                 "with production by key; this run has none"
             )
+        _partitions(settings.kafka_config(), topic)  # a missing topic: refused before the diff
         old, new = _sides(settings, spec, run.staging)
         changes = diff(old, new, list(spec.key))
         msgs = messages(changes, list(spec.key), shape, run_id)
@@ -175,10 +176,10 @@ def _sides(
 
 
 def _partitions(conf: dict[str, Any], topic: str) -> int:
-    from rewind.kafka.clients import admin
+    from rewind.kafka.clients import topic_metadata
 
-    meta = admin(conf).list_topics(topic, timeout=15).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
+    meta = topic_metadata(conf, topic, timeout_s=15)
+    if meta is None:
         raise CompensateRefused(
             f"--topic {topic}: no such topic on the broker; create it as the live producer's"
         )

@@ -38,7 +38,8 @@ class _Probe:
         self.conf = conf
         self.join_timeout_s = join_timeout_s
         self.topic = f"rewind-doctor-{uuid.uuid4().hex[:10]}"
-        self.admin = clients.admin(conf)
+        # a metadata look-up of the scratch topic must not create it (clients.topic_metadata)
+        self.admin = clients.admin({**conf, "allow.auto.create.topics": False})
 
     def create_topic(self) -> None:
         from confluent_kafka.admin import NewTopic

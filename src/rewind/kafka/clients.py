@@ -15,7 +15,7 @@ from rewind.errors import BrokerUnreachable, ConfigError
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, ClusterMetadata
+    from confluent_kafka.admin import AdminClient, ClusterMetadata, TopicMetadata
 
 RDKAFKA_LOGGER = logging.getLogger("rewind.librdkafka")
 
@@ -97,3 +97,29 @@ def cluster_metadata(conf: dict[str, Any], timeout_s: float = 10.0) -> ClusterMe
         return client.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise BrokerUnreachable(str(conf.get("bootstrap.servers")), exc.args[0].str()) from None
+
+
+def topic_metadata(conf: dict[str, Any], topic: str, timeout_s: float = 10.0) -> TopicMetadata | None:
+    """``topic``'s metadata, or None when the cluster has no such topic; never creates it.
+
+    A metadata request that names a topic carries librdkafka's ``allow.auto.create.topics``,
+    which is true by default for producer and admin clients: a broker with auto-creation on
+    (the default of Apache Kafka, tansu and noida-db, measured) then creates the topic it was
+    asked about. This asks with auto-creation off. :class:`BrokerUnreachable` as
+    :func:`cluster_metadata`."""
+    from confluent_kafka import KafkaException
+
+    client = admin(
+        {
+            **conf,
+            "allow.auto.create.topics": False,
+            "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
+        }
+    )
+    try:
+        meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException as exc:
+        raise BrokerUnreachable(str(conf.get("bootstrap.servers")), exc.args[0].str()) from None
+    if meta is None or meta.error is not None or not meta.partitions:
+        return None
+    return meta
