@@ -99,12 +99,24 @@ def test_readiness_scores_on_evidence_and_gates_rewind_run(
         app, ["run", str(spec_path), "--json", "--accept-risk", "duplicates are expected here"]
     )
     assert accepted.exit_code == 0, accepted.output
+    run_id = json.loads(accepted.stdout)["run_id"]
     assert json.loads(accepted.stdout)["state"] == "succeeded"
     with open_ledger(settings) as ledger:
         risks = [e for e in ledger.audit_log() if e.action == "accept-risk"]
-    assert len(risks) == 1
+    assert len(risks) == 1 and risks[0].run_id == run_id
     assert risks[0].details["reason"] == "duplicates are expected here"
     assert risks[0].details["red"] == ["storage-path"]
+
+    # the reason is shown with the run, as in its report
+    shown = runner.invoke(app, ["show", run_id, "--json"])
+    assert shown.exit_code == 0, shown.output
+    risk = json.loads(shown.stdout)["accepted_risk"]
+    assert risk["reason"] == "duplicates are expected here" and risk["red"] == ["storage-path"]
+    assert risk["user"] == risks[0].user
+    human = runner.invoke(app, ["show", run_id])
+    assert "risk accepted by" in human.output and "duplicates are expected here" in human.output
+    report = runner.invoke(app, ["report", run_id, "--json", "--out", str(tmp_path / "r.html")])
+    assert json.loads(report.stdout)["accepted_risk"]["reason"] == "duplicates are expected here"
 
 
 def test_observability_is_green_only_with_metrics_and_measured_live_lag(

@@ -176,15 +176,17 @@ def run(
 
     settings = _settings()
     target: Any = spec_or_plan if spec_or_plan.startswith("p-") and not Path(spec_or_plan).exists() else None
+    accepted = None
     if target is None:
         target = load_spec(Path(spec_or_plan))
-        gate_run(settings, target, accept_risk)
+        card = gate_run(settings, target, accept_risk)
+        accepted = card.get("accepted_risk") if card else None
     timings: list[dict[str, Any]] = []
     collector_for = _collector_for(settings, timings)
     console = _run_console(settings, json_out, metrics_port, metrics_address, collector_for)
     try:
         with console:
-            outcome = run_job(settings, target, console=console, timings=timings)
+            outcome = run_job(settings, target, console=console, timings=timings, accepted_risk=accepted)
     finally:
         if pushgateway and console.run_id:  # a failed run's counts are pushed too
             _push(settings, console.run_id, pushgateway, timings)
@@ -337,6 +339,11 @@ def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: Json
         console.print(f"created {d['created_at']}, started {d['started_at']}, finished {d['finished_at']}")
         if d["error"]:
             console.print(f"[red]error:[/] {d['error']}", soft_wrap=True)
+        if d["accepted_risk"]:
+            risk = d["accepted_risk"]
+            red = ", ".join(risk["red"])
+            line = f"[yellow]risk accepted[/] by {risk['user']} for red {red}: {risk['reason']}"
+            console.print(line, soft_wrap=True)
         console.print(
             f"read {d['records_read']:,}, emitted {d['emitted']:,}, rows out {d['rows_out']:,}, "
             f"quarantined {d['quarantined']:,}, filtered {d['filtered']:,}; "

@@ -18,6 +18,8 @@ from rewind.job.runner import RunOutcome, execute, start_run
 from rewind.job.stages import Stage, default_wave_size, plan_stages
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rewind.config import Settings
     from rewind.ledger import Ledger
     from rewind.spec import JobSpec
@@ -84,9 +86,11 @@ def run_job(
     run_id: str | None = None,
     units_per_wave: int | None = None,
     timings: list[dict[str, Any]] | None = None,
+    accepted_risk: Mapping[str, Any] | None = None,
 ) -> RunOutcome:
     """Plan (or load a stored plan by id), refuse on a failed gate, then execute (``timings``:
-    see :func:`rewind.job.runner.execute`)."""
+    see :func:`rewind.job.runner.execute`). ``accepted_risk`` (the readiness gate's, see
+    :func:`rewind.ops.readiness.gate_run`) is recorded in the run's audit before it executes."""
     from rewind.job.components import make_sink
 
     with _ledger(settings) as ledger:
@@ -100,6 +104,8 @@ def run_job(
         _check_broker(settings, plan)  # a stored plan was checked when it was made, not now
         target = make_sink(settings, plan.job_spec()).target
         rid = start_run(ledger, plan, target, run_id)
+        if accepted_risk:
+            ledger.audit(rid, "accept-risk", dict(accepted_risk))
         faults.point("after-plan")
         return execute(
             settings, ledger, plan, rid, console=console, units_per_wave=units_per_wave, timings=timings
@@ -164,6 +170,7 @@ def show_run(settings: Settings, run_id: str) -> dict[str, Any]:
         shown = shown_state(run.state, run.id, lease, ledger.clock())
         cleaned = [e for e in history if e.action == "cleanup"]
         reports = [e.details.get("report") for e in history if e.action == "verify" and e.details]
+        risks = [e for e in history if e.action == "accept-risk"]
         return {
             "run_id": run.id,
             "name": run.name,
@@ -181,6 +188,17 @@ def show_run(settings: Settings, run_id: str) -> dict[str, Any]:
             "staging": run.staging,
             "staging_state": "cleaned" if cleaned else ("present" if run.staging else "none"),
             "report": reports[-1] if reports else None,  # the last verify's report files
+            # `rewind run --accept-risk REASON`: the red readiness areas run anyway, and why
+            "accepted_risk": (
+                {
+                    "reason": risks[-1].details.get("reason"),
+                    "red": risks[-1].details.get("red", []),
+                    "user": risks[-1].user,
+                    "at": risks[-1].at.isoformat(),
+                }
+                if risks
+                else None
+            ),
             "records_read": totals.records_read,
             "emitted": totals.emitted,
             "rows_out": totals.rows_out,

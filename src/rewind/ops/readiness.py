@@ -287,9 +287,11 @@ def readiness(settings: Settings, spec: JobSpec) -> dict[str, Any]:
 def gate_run(settings: Settings, spec: JobSpec, accept_risk: str | None) -> dict[str, Any] | None:
     """The gate of ``rewind run SPEC``: refuse a red scorecard unless a reason accepts the risk.
 
-    The scorecard (and an accepted risk, with its reason and user) goes into the ledger's audit
-    before the run starts. A plan refused by a gate returns None: the run refuses it itself,
-    with the plan's own message.
+    The scorecard goes into the ledger's audit before the run starts; the card returned holds
+    ``accepted_risk`` (the plan, the reason, the red areas; None when nothing red was accepted),
+    which :func:`rewind.job.service.run_job` records in the run's own audit (with the user), so
+    ``rewind show RUN`` and the run's report show it. A plan refused by a gate returns None: the
+    run refuses it itself, with the plan's own message.
     """
     from rewind.job.service import open_ledger
 
@@ -303,16 +305,11 @@ def gate_run(settings: Settings, spec: JobSpec, accept_risk: str | None) -> dict
         ledger.audit(
             None, "readiness", {k: card[k] for k in ("name", "fingerprint", "plan_id", "ready", "areas")}
         )
-        if reds and accept_risk:
-            ledger.audit(
-                None,
-                "accept-risk",
-                {"plan_id": card["plan_id"], "reason": accept_risk, "red": [a["area"] for a in reds]},
-            )
     if reds and not accept_risk:
         first = reds[0]
         raise ReadinessRefused(
             f"readiness of {spec.name}: {len(reds)} red area(s), first {first['area']}: {first['detail']}; "
             f'fix it, or run with --accept-risk "reason" (recorded)'
         )
-    return card
+    accepted = {"plan_id": card["plan_id"], "reason": accept_risk, "red": [a["area"] for a in reds]}
+    return {**card, "accepted_risk": accepted if reds else None}

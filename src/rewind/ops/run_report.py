@@ -37,10 +37,11 @@ def gather(settings: Settings, run_id: str) -> dict[str, Any]:
             for e in ledger.audit_log()
             if e.action == "readiness" and e.details.get("plan_id") == plan.plan_id
         ]
-        risks = [
+        # recorded with the run; a ledger written before that holds it beside the plan only
+        risks = [e for e in ledger.audit_log(run_id) if e.action == "accept-risk"] or [
             e
             for e in ledger.audit_log()
-            if e.action == "accept-risk" and e.details.get("plan_id") == plan.plan_id
+            if e.action == "accept-risk" and e.run_id is None and e.details.get("plan_id") == plan.plan_id
         ]
         store = EvidenceStore(ledger.engine)
         groups = list(plan.spec.get("live_groups") or [])
