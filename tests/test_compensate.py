@@ -232,7 +232,10 @@ def check_shape(
     assert not done["already_done"] and done["counts"] == plan["counts"]
     msgs = read_topic(conf, out)
     data = [m for m in msgs if not any(h[0] == "rewind-marker" for h in m.headers() or [])]
-    assert len(msgs) == len(data) + 1 and len(data) == plan["messages"]
+    markers = [m for m in msgs if m not in data]
+    assert len(data) == plan["messages"] and all(m.partition() == 0 for m in markers)
+    assert [m.key() for m in markers].count(b"rewind-compensate") == 1  # the final marker
+    assert len(markers) == done["units"] + 1  # and one per unit, each in its unit's transaction
     state = dict(production)
     for m in sorted(data, key=lambda m: (m.partition(), m.offset())):
         headers = dict(m.headers())

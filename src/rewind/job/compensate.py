@@ -1,113 +1,89 @@
 """``rewind compensate RUN --topic T``: correction events instead of a full reprocessing.
 
-A verified run's staging holds the right rows; production (the Iceberg target's ``main``) holds
-what consumers downstream already saw. For every key whose user columns differ this writes, to
-a Kafka topic the consumers read, either a retraction of the old row and the corrected row
-(``retract-and-correct``) or one ``correction`` with both:
+A verified run's staging holds the right rows; production (the Iceberg target's ``main``, or
+the PostgreSQL/SQLite target table) holds what consumers downstream already saw. For every key
+whose user columns differ this writes, to a Kafka topic the consumers read, either a
+retraction of the old row and the corrected row (``retract-and-correct``) or one ``correction``
+with both:
 
 * a key only in production: a retraction (``correction`` with ``new`` null);
 * a key only in staging: a correction (``retract`` is not needed; ``old`` null);
 * a key in both with other values: both (or one ``correction``).
 
-Messages are keyed and partitioned like the live producer (the key's UTF-8 text, or a JSON
-list for a composite key; murmur2 over the topic's partitions, :mod:`rewind.kafka.partitioner`),
-marked synthetic in headers (``rewind-synthetic: true``, ``rewind-run-id``, ``rewind-op``), and
-written exactly once:
+Messages are keyed and partitioned like the live producer (:mod:`rewind.kafka.compensation`:
+the key's text, murmur2 over the topic's partitions), marked synthetic in headers, and written
+exactly once, in Spark (:mod:`rewind.spark.compensate_stage`) with the driver holding counts and
+unit ids only:
 
-1. refuse unless the run's last verification passed (one line);
-2. diff production and staging (``--dry-run`` stops here and shows the counts);
-3. look for this run's marker in the topic (partition 0, read committed): found → done before,
-   nothing written again;
-4. one transaction (id ``rewind-compensate-<run>-<topic>``, fencing a zombie): every message,
-   then the marker (key ``rewind-compensate``, header ``rewind-marker: <run>``, the counts);
-   commit; then the audit entry ``compensated``.
+1. refuse, in one line and before anything is read or written, a run whose last verification
+   did not pass, a run without a table staging and a key, a topic that does not exist, one with
+   fewer partitions than ``partitions`` (what the live producer places keys by) or than an
+   interrupted compensate of the run placed them by, and an unknown shape;
+2. (not for ``--dry-run``) an interrupted compensate of the run to this topic (its
+   ``compensate-planned`` audit entry, not followed by ``compensated``): fence its units'
+   transactional ids and the final one, so that nothing it left open hides partition 0; read
+   partition 0 (read committed) for the run's markers: the final one means done before, nothing
+   is written again (``already_done``); unit markers name the units done;
+3. diff production and staging in Spark and count the changes per target partition and bucket
+   (``--dry-run`` stops here with the counts);
+4. cut the buckets into units of about ``unit_messages`` messages (or take the interrupted
+   attempt's units, refusing if their counts changed) and record them in the audit entry
+   ``compensate-planned``;
+5. the tasks write every unit not done yet in a transaction of its own with its marker;
+6. the final marker (the counts), in a transaction of its own; then the audit entry
+   ``compensated``.
 
-Production is the Iceberg target's ``main`` against the run's staging branch (or table), or a
-PostgreSQL/SQLite target table against the run's staging table (both read in one transaction).
-Consumers skip records with a ``rewind-marker`` header. The diff reads both sides into memory
-(pyiceberg, or through the SQL driver): fine for repairs of up to a few million rows.
+A compensate killed anywhere and run again finishes what was left: every message once for a
+read_committed consumer, who never sees part of a unit. Consumers skip records with a
+``rewind-marker`` header.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+import os
 from typing import TYPE_CHECKING, Any, Literal
 
-from rewind.core.columns import LINEAGE_PREFIX
 from rewind.errors import RewindError
+from rewind.kafka.compensation import MARKER_HEADER, MARKER_KEY
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
     from rewind.config import Settings
+    from rewind.ledger import Ledger
     from rewind.spec import JobSpec
+
+__all__ = ["MARKER_HEADER", "MARKER_KEY", "SHAPES", "CompensateRefused", "Shape", "compensate_run"]
 
 Shape = Literal["retract-and-correct", "correction"]
 SHAPES: tuple[str, ...] = ("retract-and-correct", "correction")
-MARKER_KEY = b"rewind-compensate"
-MARKER_HEADER = "rewind-marker"
+UNIT_MESSAGES = 200_000
+"""Messages per unit (one transaction): a killed compensate redoes at most one unit per task."""
+PLANNED = "compensate-planned"
 
 
 class CompensateRefused(RewindError):
     """The run cannot be compensated (not verified, not an Iceberg read model with a key...)."""
 
 
-@dataclass(frozen=True)
-class Change:
-    key: tuple[Any, ...]
-    old: dict[str, Any] | None
-    new: dict[str, Any] | None
-
-
-def diff(old: list[dict[str, Any]], new: list[dict[str, Any]], key: list[str]) -> list[Change]:
-    """The keys whose user columns differ between ``old`` and ``new`` rows, sorted by key."""
-
-    def user(row: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in row.items() if not k.startswith(LINEAGE_PREFIX)}
-
-    before = {tuple(r[k] for k in key): user(r) for r in old}
-    after = {tuple(r[k] for k in key): user(r) for r in new}
-    out = []
-    for k in sorted(before.keys() | after.keys(), key=lambda t: tuple(str(v) for v in t)):
-        a, b = before.get(k), after.get(k)
-        if a != b:
-            out.append(Change(k, a, b))
-    return out
-
-
-def messages(
-    changes: list[Change], key: list[str], shape: Shape, run_id: str
-) -> list[tuple[bytes, bytes, list[tuple[str, bytes]], str]]:
-    """(key bytes, value bytes, headers, op) of every compensating message, in key order."""
-    out = []
-    for c in changes:
-        kb = str(c.key[0]).encode() if len(key) == 1 else json.dumps(list(c.key), default=str).encode()
-        keyed = dict(zip(key, c.key, strict=True))
-        if shape == "correction":
-            ops: list[tuple[str, dict[str, Any]]] = [("correction", {"old": c.old, "new": c.new})]
-        else:
-            ops = ([("retract", {"row": c.old})] if c.old is not None else []) + (
-                [("correct", {"row": c.new})] if c.new is not None else []
-            )
-        for op, body in ops:
-            value = json.dumps({"op": op, "key": keyed, **body}, default=str, sort_keys=True).encode()
-            headers = [
-                ("rewind-synthetic", b"true"),
-                ("rewind-run-id", run_id.encode()),
-                ("rewind-op", op.encode()),
-            ]
-            out.append((kb, value, headers, op))
-    return out
-
-
 def compensate_run(
-    settings: Settings, run_id: str, topic: str, shape: Shape = "retract-and-correct", dry_run: bool = False
+    settings: Settings,
+    run_id: str,
+    topic: str,
+    shape: Shape = "retract-and-correct",
+    dry_run: bool = False,
+    *,
+    partitions: int | None = None,
+    unit_messages: int = UNIT_MESSAGES,
 ) -> dict[str, Any]:
-    """Steps 1-4 of the module docstring; returns the counts per op and what was written."""
+    """Steps 1-6 of the module docstring; returns the counts per op and what was written."""
     from rewind.job.plan import JobPlan
+    from rewind.kafka.compensation import final_transactional_id, read_markers
     from rewind.ledger import Ledger
 
     if shape not in SHAPES:
         raise CompensateRefused(f"--shape {shape!r}: use one of {', '.join(SHAPES)}")
+    conf = settings.kafka_config()
     with Ledger.open(settings.ledger) as ledger:
         run = ledger.get_run(run_id)
         verdicts = [e for e in ledger.audit_log(run_id) if e.action == "verify"]
@@ -122,36 +98,187 @@ def compensate_run(
                 f"run {run_id}: compensation diffs a table staging (Iceberg, PostgreSQL or SQLite) "
                 "with production by key; this run has none"
             )
-        _partitions(settings.kafka_config(), topic)  # a missing topic: refused before the diff
-        old, new = _sides(settings, spec, run.staging)
-        changes = diff(old, new, list(spec.key))
-        msgs = messages(changes, list(spec.key), shape, run_id)
-        counts = {op: sum(1 for m in msgs if m[3] == op) for op in ("retract", "correct", "correction")}
-        out: dict[str, Any] = {
-            "run_id": run_id,
-            "topic": topic,
-            "shape": shape,
-            "keys": len(changes),
-            "messages": len(msgs),
-            "counts": {k: v for k, v in counts.items() if v},
-            "dry_run": dry_run,
-        }
-        if dry_run:
+        have = _partitions(conf, topic)  # 1.
+        if partitions is not None and have < partitions:
+            raise CompensateRefused(
+                f"--topic {topic} has {have} partition(s), fewer than the {partitions} the live producer "
+                "places keys by (--partitions): add partitions to the topic or name the right count"
+            )
+        count = partitions or have
+        planned = _planned(ledger, run_id, topic)
+        if planned is not None and planned["partitions"] != count:
+            raise CompensateRefused(
+                f"--topic {topic}: an interrupted compensate of {run_id} placed keys over "
+                f"{planned['partitions']} partitions, the topic now has {have}; give --partitions "
+                f"{planned['partitions']} (or restore the topic's partitions)"
+            )
+        out: dict[str, Any] = {"run_id": run_id, "topic": topic, "shape": shape, "dry_run": dry_run}
+        done: frozenset[str] = frozenset()
+        if not dry_run:  # 2.
+            if planned is not None:
+                _fence(conf, run_id, topic, [u["id"] for u in planned["units"]], final_transactional_id)
+            markers = read_markers(conf, topic, run_id)
+            if markers.final is not None:
+                final = markers.final
+                counts = dict(final.get("counts") or {})
+                return {
+                    **out,
+                    "keys": int(final.get("keys", planned["keys"] if planned else 0)),
+                    "messages": int(final.get("messages", sum(counts.values()))),
+                    "counts": counts,
+                    "already_done": True,
+                }
+            done = frozenset(markers.units)
+        return _compensate(settings, ledger, spec, run.staging, out, count, planned, done, unit_messages)
+
+
+def _compensate(
+    settings: Settings,
+    ledger: Ledger,
+    spec: JobSpec,
+    staging: dict[str, Any],
+    out: dict[str, Any],
+    partitions: int,
+    planned: dict[str, Any] | None,
+    done: frozenset[str],
+    unit_messages: int,
+) -> dict[str, Any]:
+    """Steps 3-6."""
+    from rewind import faults
+    from rewind.kafka.compensation import UnitWriter, write_final_marker
+    from rewind.spark import session
+    from rewind.spark.compensate_stage import bucket_counts, changes, placed, run_units
+
+    run_id, topic, shape = out["run_id"], out["topic"], out["shape"]
+    key = list(spec.key or [])
+    spark = session(settings)
+    old, new = _sides(spark, settings, spec, staging)
+    df = placed(changes(old, new, key), key, partitions).persist()
+    try:
+        buckets = bucket_counts(df)  # 3.
+        keys = sum(b[2] for b in buckets)
+        if shape == "correction":
+            counts = {"correction": keys}
+        else:
+            counts = {"retract": sum(b[3] for b in buckets), "correct": sum(b[4] for b in buckets)}
+        counts = {k: v for k, v in counts.items() if v}
+        out.update(keys=keys, messages=sum(counts.values()), counts=counts)
+        if out["dry_run"]:
             return out
-        out["already_done"] = _marker_found(settings.kafka_config(), topic, run_id)
-        if not out["already_done"]:
-            _produce(settings.kafka_config(), topic, run_id, msgs, out)
-            ledger.audit(run_id, "compensated", {k: v for k, v in out.items() if k != "already_done"})
-        return out
+        units = planned["units"] if planned is not None else _cut(buckets, shape, unit_messages)  # 4.
+        unit_of, sizes = _assign(buckets, units, shape)
+        if planned is not None:
+            changed = [u["id"] for u in units if sizes.get(u["id"], 0) != u["messages"]]
+            if changed:
+                raise CompensateRefused(
+                    f"run {run_id}: production or staging changed since the interrupted compensate to "
+                    f"{topic} (unit {changed[0]} now has {sizes.get(changed[0], 0)} messages, planned "
+                    f"{next(u['messages'] for u in units if u['id'] == changed[0])}); its units cannot "
+                    "be finished exactly once"
+                )
+        else:
+            ledger.audit(
+                run_id,
+                PLANNED,
+                {"topic": topic, "shape": shape, "partitions": partitions, "keys": keys, "units": units},
+            )
+        writer = UnitWriter(settings.kafka_config(), topic, run_id, shape, tuple(key))
+        ids = [u["id"] for u in units]
+        results = run_units(df, unit_of, ids, writer, done, min(len(ids), _parallelism(spark)))  # 5.
+    finally:
+        df.unpersist()
+    faults.point("compensate-before-final-marker")
+    body = {
+        "run_id": run_id,
+        "counts": out["counts"],
+        "keys": out["keys"],
+        "messages": out["messages"],
+        "units": len(units),
+    }
+    write_final_marker(settings.kafka_config(), topic, run_id, body)  # 6.
+    out.update(already_done=False, units=len(units), units_done_before=sum(1 for r in results if r[3]))
+    ledger.audit(run_id, "compensated", {k: v for k, v in out.items() if k != "already_done"})
+    return out
+
+
+def _planned(ledger: Ledger, run_id: str, topic: str) -> dict[str, Any] | None:
+    """The units of the run's last compensate to ``topic`` if it did not finish."""
+    last = None
+    for entry in ledger.audit_log(run_id):
+        if entry.details.get("topic") != topic:
+            continue
+        if entry.action == PLANNED:
+            last = dict(entry.details)
+        elif entry.action == "compensated":
+            last = None
+    return last
+
+
+def _cut(
+    buckets: list[tuple[int, int, int, int, int]], shape: str, unit_messages: int
+) -> list[dict[str, Any]]:
+    """Runs of non-empty buckets of one partition, each of about ``unit_messages`` messages:
+    ``{"id", "partition", "lo", "hi", "messages"}`` (buckets ``[lo, hi)``)."""
+    units: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for p, b, n, olds, news in buckets:
+        m = n if shape == "correction" else olds + news
+        if current is None or current["partition"] != p or current["messages"] >= unit_messages:
+            current = {"id": "", "partition": p, "lo": b, "hi": b + 1, "messages": 0}
+            units.append(current)
+        current["hi"] = b + 1
+        current["messages"] += m
+    for u in units:
+        u["id"] = f"p{u['partition']}-b{u['lo']}-{u['hi']}"
+    return units
+
+
+def _assign(
+    buckets: list[tuple[int, int, int, int, int]], units: list[dict[str, Any]], shape: str
+) -> tuple[dict[tuple[int, int], int], dict[str, int]]:
+    """Each non-empty (partition, bucket)'s unit index, and the messages of each unit."""
+    unit_of: dict[tuple[int, int], int] = {}
+    sizes: dict[str, int] = {}
+    by_partition: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for i, u in enumerate(units):
+        by_partition.setdefault(u["partition"], []).append((i, u))
+    for p, b, n, olds, news in buckets:
+        index = next((i for i, u in by_partition.get(p, []) if u["lo"] <= b < u["hi"]), None)
+        if index is None:
+            raise CompensateRefused(
+                "production or staging changed since the interrupted compensate: a changed key falls "
+                f"outside its units (partition {p}); its units cannot be finished exactly once"
+            )
+        unit_of[(p, b)] = index
+        uid = units[index]["id"]
+        sizes[uid] = sizes.get(uid, 0) + (n if shape == "correction" else olds + news)
+    return unit_of, sizes
+
+
+def _fence(conf: dict[str, Any], run_id: str, topic: str, unit_ids: list[str], final_id: Any) -> None:
+    from rewind.kafka.compensation import PRODUCER_DEFAULTS, fence, unit_transactional_id
+
+    ids = [unit_transactional_id(run_id, topic, u) for u in unit_ids] + [final_id(run_id, topic)]
+    fence({**PRODUCER_DEFAULTS, **conf}, ids)
+
+
+def _parallelism(spark: SparkSession) -> int:
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # Spark Connect has no SparkContext
+        return os.cpu_count() or 1
 
 
 def _sides(
-    settings: Settings, spec: JobSpec, staging: dict[str, Any]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Production's rows and the run's staged rows: the Iceberg target's ``main`` and the
-    staging branch (or table), or the SQL target table and the staging table (read in one
-    transaction)."""
+    spark: SparkSession, settings: Settings, spec: JobSpec, staging: dict[str, Any]
+) -> tuple[DataFrame, DataFrame]:
+    """Production's rows and the run's staged rows as DataFrames: the Iceberg target's ``main``
+    and the staging branch (or table), files planned by pyiceberg and read by the tasks
+    (:func:`rewind.sinks.iceberg.read_iceberg`); or the SQL target table and the staging table,
+    read in one transaction through the driver (:func:`rewind.sinks.sql.publish.read_sides`)."""
     if spec.sink.postgres is not None:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
         from rewind.job.components import make_sink
         from rewind.sinks.sql.publish import read_sides
 
@@ -160,19 +287,27 @@ def _sides(
             before, after = read_sides(sink, sink.staging_from_dict(staging))  # type: ignore[arg-type]
         finally:
             sink.close()
-        return (before.to_pylist() if before is not None else []), after.to_pylist()
+        new = (
+            spark.createDataFrame(after)
+            if after.num_rows
+            else spark.createDataFrame([], from_arrow_schema(after.schema))
+        )
+        old = (
+            spark.createDataFrame(before)
+            if before is not None and before.num_rows
+            else spark.createDataFrame([], new.schema)
+        )
+        return old, new
     from rewind.catalog import load_catalog
+    from rewind.sinks.iceberg import read_iceberg
 
     assert spec.sink.iceberg is not None
     catalog = load_catalog(settings)
-    staged = catalog.load_table(staging["table"])
-    ref = staged.snapshot_by_name(staging.get("branch") or "main")
-    new = staged.scan(snapshot_id=ref.snapshot_id).to_arrow().to_pylist() if ref is not None else []
+    new = read_iceberg(spark, catalog.load_table(staging["table"]), staging.get("branch") or "main")
     target = spec.sink.iceberg.table
-    prod = catalog.load_table(target) if catalog.table_exists(target) else None
-    head = prod.current_snapshot() if prod is not None else None
-    old = prod.scan(snapshot_id=head.snapshot_id).to_arrow().to_pylist() if prod and head else []
-    return old, new
+    if not catalog.table_exists(target):
+        return spark.createDataFrame([], new.schema), new
+    return read_iceberg(spark, catalog.load_table(target), "main"), new
 
 
 def _partitions(conf: dict[str, Any], topic: str) -> int:
@@ -184,71 +319,3 @@ def _partitions(conf: dict[str, Any], topic: str) -> int:
             f"--topic {topic}: no such topic on the broker; create it as the live producer's"
         )
     return len(meta.partitions)
-
-
-def _marker_found(conf: dict[str, Any], topic: str, run_id: str) -> bool:
-    """Step 3: a committed marker of ``run_id`` in partition 0 of ``topic``."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    _partitions(conf, topic)
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": f"rewind-compensate-check-{run_id}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
-        if high <= low:
-            return False
-        consumer.assign([TopicPartition(topic, 0, low)])
-        while True:
-            msg = consumer.poll(5.0)
-            if msg is None:
-                return False
-            if msg.error() is not None:
-                continue
-            if dict(msg.headers() or []).get(MARKER_HEADER) == run_id.encode():
-                return True
-            if (msg.offset() or 0) >= high - 1:
-                return False
-    finally:
-        consumer.close()
-
-
-def _produce(
-    conf: dict[str, Any],
-    topic: str,
-    run_id: str,
-    msgs: list[tuple[bytes, bytes, list[tuple[str, bytes]], str]],
-    out: dict[str, Any],
-) -> None:
-    """Step 4: the messages and the marker in one transaction."""
-    from rewind.kafka.partitioner import partition_of
-    from rewind.kafka.producer import TransactionalProducer
-
-    partitions = _partitions(conf, topic)
-    writer = TransactionalProducer(
-        conf, transactional_id=f"rewind-compensate-{run_id}-{topic}", error=CompensateRefused
-    )
-    try:
-        client = writer.open()
-        writer.begin()
-        for i, (key, value, headers, _op) in enumerate(msgs):
-            sent: list[tuple[str, str | bytes | None]] = list(headers)
-            client.produce(topic, value=value, key=key, partition=partition_of(key, partitions), headers=sent)
-            if i % 1000 == 0:
-                client.poll(0)
-        marker = json.dumps({"run_id": run_id, "counts": out["counts"]}, sort_keys=True).encode()
-        client.produce(
-            topic, value=marker, key=MARKER_KEY, partition=0, headers=[(MARKER_HEADER, run_id.encode())]
-        )
-        writer.flush()
-        writer.commit()
-    except Exception:
-        writer.abort()
-        raise
-    finally:
-        writer.close()

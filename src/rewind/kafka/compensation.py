@@ -1,0 +1,337 @@
+"""The messages of ``rewind compensate`` and the transactions that write them, one per unit.
+
+A message per op of a changed key (see :mod:`rewind.job.compensate`): key = the key's text (a
+JSON list for a composite key), value = JSON ``{"op", "key", "row"}`` (or ``old``/``new``),
+headers ``rewind-synthetic: true``, ``rewind-run-id``, ``rewind-op``.
+
+A unit (a slice of the changes of one target partition) is written by the Spark task that holds
+it, in order:
+
+1. open a producer with the unit's transactional id (``rewind-compensate-<run>-<topic>-u-<digest
+   of the unit>``, the same on every attempt): ``init_transactions`` fences an earlier attempt
+   of the unit and aborts what it left open;
+2. unless this is the unit's first attempt, read partition 0 (read committed) for the unit's
+   marker: found means an earlier attempt committed it, nothing is produced;
+3. begin; produce the unit's messages on their partitions (murmur2 of the key), key by key;
+4. flush (failing on a refused record); produce the unit's marker on partition 0 (key
+   ``rewind-compensate/<unit>``, headers ``rewind-marker: <run>`` and ``rewind-unit: <unit>``,
+   its counts); flush;
+5. commit: a read_committed consumer sees the unit's messages and its marker together or not at
+   all.
+
+The driver then writes the final marker (key ``rewind-compensate``, header ``rewind-marker``,
+the counts) in a transaction of its own: the whole compensation is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rewind.errors import RewindError
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
+MARKER_KEY = b"rewind-compensate"
+MARKER_HEADER = "rewind-marker"
+UNIT_HEADER = "rewind-unit"
+MARKER_PARTITION = 0
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "linger.ms": 20,
+    "compression.type": "lz4",
+    "queue.buffering.max.messages": 500_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "delivery.report.only.error": True,
+    "transaction.timeout.ms": 600_000,
+}
+"""Under the settings' own ``kafka.properties``: those of the Kafka sink's unit producers."""
+_STALL_TIMEOUT_S = 120.0
+
+
+class CompensationError(RewindError):
+    """Writing or reading the compensation's messages and markers failed."""
+
+
+def key_text(values: tuple[Any, ...]) -> bytes:
+    """A message's key: the key column's text, or a JSON list for a composite key."""
+    if len(values) == 1:
+        return str(values[0]).encode()
+    return json.dumps(list(values), default=str).encode()
+
+
+def unit_marker_key(unit_id: str) -> bytes:
+    return MARKER_KEY + b"/" + unit_id.encode()
+
+
+def unit_transactional_id(run_id: str, topic: str, unit_id: str) -> str:
+    return f"rewind-compensate-{run_id}-{topic}-u-{hashlib.sha256(unit_id.encode()).hexdigest()[:16]}"
+
+
+def final_transactional_id(run_id: str, topic: str) -> str:
+    return f"rewind-compensate-{run_id}-{topic}"
+
+
+def encode(
+    key: tuple[str, ...],
+    values: tuple[Any, ...],
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    shape: str,
+    run_id: str,
+) -> list[tuple[bytes, list[tuple[str, bytes]], str]]:
+    """(value, headers, op) of each message of one changed key, in the order they are applied."""
+    keyed = dict(zip(key, values, strict=True))
+    if shape == "correction":
+        ops: list[tuple[str, dict[str, Any]]] = [("correction", {"old": old, "new": new})]
+    else:
+        ops = ([("retract", {"row": old})] if old is not None else []) + (
+            [("correct", {"row": new})] if new is not None else []
+        )
+    run = run_id.encode()
+    out = []
+    for op, body in ops:
+        value = json.dumps({"op": op, "key": keyed, **body}, default=str, sort_keys=True).encode()
+        out.append(
+            (value, [("rewind-synthetic", b"true"), ("rewind-run-id", run), ("rewind-op", op.encode())], op)
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Markers:
+    """What partition 0 holds of one run: its final marker's body, and its committed units."""
+
+    final: dict[str, Any] | None = None
+    units: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def read_markers(
+    conf: dict[str, Any], topic: str, run_id: str, stall_timeout_s: float = _STALL_TIMEOUT_S
+) -> Markers:
+    """The run's committed markers in partition 0, read committed to the partition's end.
+
+    The end is the high watermark at the start; a read_committed reader stops short of it while
+    a transaction is open, so it waits (up to ``stall_timeout_s``: an attempt killed with a
+    transaction open is fenced by the next one, which aborts it) rather than answer early."""
+    final: dict[str, Any] | None = None
+    units: dict[str, dict[str, Any]] = {}
+    run = run_id.encode()
+    for msg in _read_partition(conf, topic, MARKER_PARTITION, stall_timeout_s):
+        headers = dict(msg.headers() or [])
+        if headers.get(MARKER_HEADER) != run:
+            continue
+        try:
+            body = json.loads(msg.value() or b"{}")
+        except ValueError:
+            body = {}
+        unit = headers.get(UNIT_HEADER)
+        if unit is not None:
+            units[unit.decode()] = body
+        elif msg.key() == MARKER_KEY:
+            final = body
+    return Markers(final, units)
+
+
+def _read_partition(
+    conf: dict[str, Any], topic: str, partition: int, stall_timeout_s: float
+) -> Iterator[Message]:
+    from confluent_kafka import KafkaError, TopicPartition
+
+    from rewind.kafka.clients import private_consumer
+
+    consumer = private_consumer(
+        conf, "compensate-check", **{"isolation.level": "read_committed", "fetch.wait.max.ms": 50}
+    )
+    try:
+        low, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
+        if end <= low:
+            return
+        consumer.assign([TopicPartition(topic, partition, low)])
+        last = time.monotonic()
+        while True:
+            progressed = False
+            for msg in consumer.consume(num_messages=1000, timeout=0.2):
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise CompensationError(f"reading {topic}/{partition} failed: {err.str()}")
+                    if (msg.offset() or 0) >= end:  # the fetch's end (tansu's ListOffsets answers low)
+                        return
+                    continue
+                progressed = True
+                yield msg
+                if (msg.offset() or 0) + 1 >= end:
+                    return
+            now = time.monotonic()
+            if progressed:
+                last = now
+            elif now - last > stall_timeout_s:
+                raise CompensationError(
+                    f"{topic}/{partition} did not reach offset {end} within {stall_timeout_s:.0f}s reading "
+                    "read_committed: an open transaction holds it back; retry later"
+                )
+    finally:
+        consumer.close()
+
+
+def fence(conf: dict[str, Any], transactional_ids: list[str]) -> None:
+    """``init_transactions`` for each id: a killed attempt's open transaction is aborted now, not
+    after the broker's transaction timeout (it would hold partition 0's read committed back)."""
+    from rewind.kafka.clients import producer
+
+    for tid in transactional_ids:
+        client = producer(conf, **{"transactional.id": tid})
+        try:
+            client.init_transactions(60.0)
+        except Exception as exc:
+            raise CompensationError(f"could not fence transactional id {tid}: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+@dataclass(frozen=True)
+class UnitWriter:
+    """Plain data pickled to the tasks: opens the transaction of one unit (steps 1-2)."""
+
+    conf: dict[str, Any]
+    topic: str
+    run_id: str
+    shape: str
+    key: tuple[str, ...]
+
+    def open(self, unit_id: str, first_attempt: bool) -> UnitTransaction:
+        unit = UnitTransaction(self, unit_id)
+        unit.start(first_attempt)
+        return unit
+
+
+@dataclass
+class UnitTransaction:
+    """One unit's transaction inside a task (steps 1-5 of the module docstring)."""
+
+    writer: UnitWriter
+    unit_id: str
+    done: dict[str, Any] | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    messages: int = 0
+    _txn: Any = None
+
+    def start(self, first_attempt: bool) -> None:
+        from rewind.kafka.producer import TransactionalProducer
+
+        w = self.writer
+        self._txn = TransactionalProducer(
+            {**PRODUCER_DEFAULTS, **w.conf},
+            transactional_id=unit_transactional_id(w.run_id, w.topic, self.unit_id),
+            error=CompensationError,
+            topic=w.topic,
+        )
+        try:
+            self._txn.open()  # 1.
+            if not first_attempt:  # 2.
+                self.done = read_markers(w.conf, w.topic, w.run_id).units.get(self.unit_id)
+                if self.done is not None:
+                    self.close()
+                    return
+            self._txn.begin()  # 3.
+        except BaseException:
+            self.abort()
+            raise
+
+    def produce(self, rows: list[dict[str, Any]], keys: list[bytes], partitions: list[int]) -> None:
+        """Step 3 for rows of the diff (``key`` values, ``old`` and ``new`` rows or None)."""
+        w = self.writer
+        client = self._txn.client
+        produce = client.produce
+        for row, kb, p in zip(rows, keys, partitions, strict=True):
+            values = tuple(row[k] for k in w.key)
+            for value, headers, op in encode(w.key, values, row["old"], row["new"], w.shape, w.run_id):
+                while True:
+                    try:
+                        produce(w.topic, value, kb, p, headers=headers)
+                        break
+                    except BufferError:
+                        client.poll(0.05)
+                        self._txn.raise_failures(what=f" for {w.topic}")
+                self.counts[op] = self.counts.get(op, 0) + 1
+                self.messages += 1
+        client.poll(0)
+        self._txn.raise_failures(what=f" for {w.topic}")
+
+    def commit(self) -> None:
+        """Steps 4-5."""
+        from rewind import faults
+
+        w = self.writer
+        try:
+            self._txn.flush()
+            faults.point("compensate-before-marker")
+            body = {
+                "run_id": w.run_id,
+                "unit": self.unit_id,
+                "messages": self.messages,
+                "counts": self.counts,
+            }
+            self._txn.client.produce(
+                w.topic,
+                json.dumps(body, sort_keys=True).encode(),
+                unit_marker_key(self.unit_id),
+                MARKER_PARTITION,
+                headers=[(MARKER_HEADER, w.run_id.encode()), (UNIT_HEADER, self.unit_id.encode())],
+            )
+            self._txn.flush()
+            faults.point("compensate-before-end")
+            self._txn.commit()
+        except BaseException:
+            self.abort()
+            raise
+        self.close()
+
+    def abort(self) -> None:
+        if self._txn is not None:
+            with contextlib.suppress(Exception):
+                self._txn.abort()
+        self.close()
+
+    def close(self) -> None:
+        if self._txn is not None:
+            with contextlib.suppress(Exception):
+                self._txn.close()
+            self._txn = None
+
+
+def write_final_marker(conf: dict[str, Any], topic: str, run_id: str, body: dict[str, Any]) -> None:
+    """The final marker, alone in a transaction of the run's own id (fencing a zombie of it)."""
+    from rewind.kafka.producer import TransactionalProducer
+
+    txn = TransactionalProducer(
+        {**PRODUCER_DEFAULTS, **conf},
+        transactional_id=final_transactional_id(run_id, topic),
+        error=CompensationError,
+        topic=topic,
+    )
+    try:
+        client = txn.open()
+        txn.begin()
+        client.produce(
+            topic,
+            json.dumps(body, sort_keys=True).encode(),
+            MARKER_KEY,
+            MARKER_PARTITION,
+            headers=[(MARKER_HEADER, run_id.encode())],
+        )
+        txn.flush()
+        txn.commit()
+    except BaseException:
+        txn.abort()
+        raise
+    finally:
+        txn.close()

@@ -1,0 +1,253 @@
+"""The Spark side of ``rewind compensate``: the diff, the units, and the tasks that produce them.
+
+1. :func:`changes`: production and staging (DataFrames) in a full outer join on the key columns
+   (null-safe); a key is changed when it is on one side only or when a user column (all but
+   ``_rewind_*``; a column one side lacks reads as null there) differs, null-safe. A change is
+   the key's columns, ``old`` (production's user columns, a struct, null when absent) and
+   ``new`` (staging's);
+2. :func:`placed`: each change gets its message key (:func:`rewind.kafka.compensation.key_text`),
+   its target partition (murmur2 of the key over the partitions, as the live producer's) and a
+   bucket (crc32 of the key, one of :data:`BUCKETS`);
+3. :func:`bucket_counts`: changes per (partition, bucket), and how many have an old and a new
+   row: the driver turns these counts (never a row) into units, runs of buckets of one
+   partition of about ``unit_messages`` messages each;
+4. :func:`run_units`: the changes are shuffled by unit and sorted by unit and key; each task
+   writes its units one after the other, one transaction each (:mod:`rewind.kafka.compensation`),
+   and returns one row per unit: its id, messages, counts, and whether an earlier attempt had
+   committed it.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rewind.core.columns import LINEAGE_PREFIX
+from rewind.errors import RewindError
+from rewind.kafka.compensation import UnitWriter, key_text
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+BUCKETS = 1024
+KEY_BYTES, PARTITION, BUCKET, UNIT = (
+    "_rewind_c_key",
+    "_rewind_c_partition",
+    "_rewind_c_bucket",
+    "_rewind_c_unit",
+)
+RESULT_SCHEMA = "unit string, messages long, counts string, repeat boolean"
+
+
+class CompensateStageError(RewindError):
+    """The sides cannot be compared, or a task of the compensation failed."""
+
+
+def changes(old: DataFrame, new: DataFrame, key: list[str]) -> DataFrame:
+    """Step 1 of the module docstring."""
+    from pyspark.sql import functions as F
+
+    old_cols = [c for c in old.columns if not c.startswith(LINEAGE_PREFIX)]
+    new_cols = [c for c in new.columns if not c.startswith(LINEAGE_PREFIX)]
+    for side, cols in (("production", old_cols), ("staging", new_cols)):
+        missing = [k for k in key if k not in cols]
+        if missing:
+            raise CompensateStageError(f"{side} lacks the key column(s) {', '.join(missing)}")
+    o = old.select(*[F.col(k).alias(f"_o{i}") for i, k in enumerate(key)], F.struct(*old_cols).alias("old"))
+    n = new.select(*[F.col(k).alias(f"_n{i}") for i, k in enumerate(key)], F.struct(*new_cols).alias("new"))
+    on = None
+    for i in range(len(key)):
+        cond = o[f"_o{i}"].eqNullSafe(n[f"_n{i}"])
+        on = cond if on is None else on & cond
+    joined = o.join(n, on, "full_outer")
+    same = None
+    for c in sorted(set(old_cols) | set(new_cols)):
+        a = F.col(f"old.{c}") if c in old_cols else F.lit(None)
+        b = F.col(f"new.{c}") if c in new_cols else F.lit(None)
+        eq = a.eqNullSafe(b)
+        same = eq if same is None else same & eq
+    differ = F.col("old").isNull() | F.col("new").isNull() | ~same
+    keys = [F.coalesce(F.col(f"_o{i}"), F.col(f"_n{i}")).alias(k) for i, k in enumerate(key)]
+    return joined.where(differ).select(*keys, "old", "new")
+
+
+@dataclass(frozen=True)
+class _Place:
+    """The ``mapInArrow`` function of step 2 (pickled to the tasks)."""
+
+    key: tuple[str, ...]
+    partitions: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        from rewind.kafka.partitioner import partitions_for
+
+        for batch in batches:
+            columns = [batch.column(k).to_pylist() for k in self.key]
+            kb = [key_text(values) for values in zip(*columns, strict=True)]
+            crc = zlib.crc32
+            arrays = [
+                *batch.columns,
+                pa.array(kb, pa.binary()),
+                pa.array(partitions_for(kb, self.partitions), pa.int32()),
+                pa.array([crc(k) % BUCKETS for k in kb], pa.int32()),
+            ]
+            names = [*batch.schema.names, KEY_BYTES, PARTITION, BUCKET]
+            yield pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def placed(diff: DataFrame, key: list[str], partitions: int) -> DataFrame:
+    """Step 2 of the module docstring."""
+    from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+    schema = StructType(
+        [
+            *diff.schema.fields,
+            StructField(KEY_BYTES, BinaryType(), False),
+            StructField(PARTITION, IntegerType(), False),
+            StructField(BUCKET, IntegerType(), False),
+        ]
+    )
+    return diff.mapInArrow(_Place(tuple(key), partitions), schema)  # type: ignore[arg-type]
+
+
+def bucket_counts(df: DataFrame) -> list[tuple[int, int, int, int, int]]:
+    """Step 3: (partition, bucket, changes, with an old row, with a new row), sorted."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        df.groupBy(PARTITION, BUCKET)
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.count("old").alias("old"),
+            F.count("new").alias("new"),
+        )
+        .collect()
+    )
+    return sorted((r[PARTITION], r[BUCKET], r["n"], r["old"], r["new"]) for r in rows)
+
+
+@dataclass(frozen=True)
+class _Produce:
+    """The ``mapInArrow`` function of step 4: sorted changes in, one result row per unit out."""
+
+    writer: UnitWriter
+    unit_ids: tuple[str, ...]
+    done: frozenset[str]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+
+        current: int | None = None
+        unit: Any = None
+        try:
+            for batch in batches:
+                units = batch.column(UNIT).to_pylist()
+                rows = batch.select([*self.writer.key, "old", "new"]).to_pylist()
+                keys = batch.column(KEY_BYTES).to_pylist()
+                parts = batch.column(PARTITION).to_pylist()
+                start = 0
+                for i in range(len(units) + 1):
+                    if i < len(units) and units[i] == current:
+                        continue
+                    if unit is not None and start < i:
+                        unit.produce(rows[start:i], keys[start:i], parts[start:i])
+                    if i == len(units):
+                        break
+                    if unit is not None:
+                        yield self._finish(unit)
+                    current, start = units[i], i
+                    unit = self._open(current)
+            if unit is not None:
+                yield self._finish(unit)
+                unit = None
+        except BaseException:
+            if unit is not None:
+                unit.abort()
+            raise
+
+    def _open(self, index: int) -> Any:
+        from rewind.kafka.compensation import UnitTransaction
+
+        unit_id = self.unit_ids[index]
+        if unit_id in self.done:  # the driver read its marker: skip its rows
+            return _Skipped(unit_id)
+        opened: UnitTransaction = self.writer.open(unit_id, _first_attempt())
+        return _Skipped(unit_id, opened.done) if opened.done is not None else opened
+
+    def _finish(self, unit: Any) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        if isinstance(unit, _Skipped):
+            row = {"unit": unit.unit_id, "messages": 0, "counts": json.dumps(unit.counts), "repeat": True}
+        else:
+            unit.commit()
+            row = {
+                "unit": unit.unit_id,
+                "messages": unit.messages,
+                "counts": json.dumps(unit.counts),
+                "repeat": False,
+            }
+        schema = pa.schema(
+            [("unit", pa.string()), ("messages", pa.int64()), ("counts", pa.string()), ("repeat", pa.bool_())]
+        )
+        return pa.RecordBatch.from_pylist([row], schema=schema)
+
+
+class _Skipped:
+    """A unit committed before: its rows are read past, nothing is produced."""
+
+    def __init__(self, unit_id: str, marker: dict[str, Any] | None = None) -> None:
+        self.unit_id = unit_id
+        self.counts = dict((marker or {}).get("counts") or {})
+
+    def produce(self, *_: Any) -> None:
+        return None
+
+    def abort(self) -> None:
+        return None
+
+
+def _first_attempt() -> bool:
+    """The Spark task's first attempt: no earlier attempt of this task can have committed a unit
+    the driver did not see (a retried or speculative one may follow one that did)."""
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    return task is not None and task.attemptNumber() == 0
+
+
+def run_units(
+    df: DataFrame,
+    unit_of: dict[tuple[int, int], int],
+    unit_ids: list[str],
+    writer: UnitWriter,
+    done: frozenset[str],
+    tasks: int,
+) -> list[tuple[str, int, dict[str, int], bool]]:
+    """Step 4: (unit, messages, counts per op, written before) of every unit that has rows.
+
+    ``unit_of`` maps (partition, bucket) to a unit's index in ``unit_ids``."""
+    from pyspark.sql import functions as F
+
+    from rewind.spark.job_stage import task_error
+
+    spark = df.sparkSession
+    lookup = spark.createDataFrame(
+        [(p, b, u) for (p, b), u in sorted(unit_of.items())],
+        f"{PARTITION} int, {BUCKET} int, {UNIT} int",
+    )
+    with_unit = df.join(F.broadcast(lookup), [PARTITION, BUCKET])
+    ordered = with_unit.repartition(max(1, tasks), UNIT).sortWithinPartitions(UNIT, KEY_BYTES)
+    produce: Any = _Produce(writer, tuple(unit_ids), done)
+    try:
+        rows = ordered.mapInArrow(produce, RESULT_SCHEMA).collect()
+    except Exception as exc:
+        if isinstance(exc, RewindError):
+            raise
+        raise CompensateStageError(f"a Spark task of the compensation failed: {task_error(exc)}") from exc
+    return [(r.unit, int(r.messages), json.loads(r.counts), bool(r.repeat)) for r in rows]
