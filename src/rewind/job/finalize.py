@@ -9,11 +9,12 @@ rows wait, and commits the folded rows exactly once:
 * **Iceberg**: the units' partial rows are committed to the staging branch like any run's
   rows; the folded files then replace them in ONE Iceberg transaction on the staging ref
   (delete the run's rows, add the folded files), marked ``rewind.finalized=<run>``.
-* **PostgreSQL/SQLite** (upsert): an upsert keeps one row per key, so partial rows cannot
-  wait in staging. The units commit them to a scratch Iceberg table of the run
-  (:func:`parts_sink`, ``rewind.<table>_parts__rewind_<run>``, with the usual per-unit
+* **PostgreSQL/SQLite** (upsert), and a shadow's Iceberg v2 (upserted on the key): one row
+  per key, so partial rows cannot wait in staging. The units commit them to a scratch Iceberg
+  table of the run (:func:`parts_sink`, ``rewind.<table>_parts__rewind_<run>``, with the usual per-unit
   bookkeeping); the folded rows are then committed to staging as one more unit,
-  :data:`FOLD_UNIT`, in the sink's own transaction with its counts.
+  :data:`FOLD_UNIT`, in the sink's own transaction with its counts (a shadow's v2 names the
+  history's units in that commit too: its cut line is proven from the ranges v2 holds).
 
 Either way a run killed before the final commit folds again on resume (orphan files are never
 referenced) and a run killed after it finds the commit and skips the step.
@@ -66,8 +67,10 @@ def needs_finalize(spec: JobSpec) -> bool:
 
 def parts_in_scratch(spec: JobSpec) -> bool:
     """The partial rows of a fold (or the rows a merge decides on) wait in a scratch Iceberg
-    table, for sinks that keep one row per key."""
-    return (spec.translate.fold is not None or spec.merge is not None) and spec.sink.iceberg is None
+    table, for sinks that keep one row per key: PostgreSQL/SQLite, and a shadow's Iceberg v2
+    (upserted on the key)."""
+    one_row_per_key = spec.sink.iceberg is None or spec.shadow is not None
+    return (spec.translate.fold is not None or spec.merge is not None) and one_row_per_key
 
 
 def parts_sink(settings: Settings, spec: JobSpec) -> IcebergSink:
@@ -75,8 +78,9 @@ def parts_sink(settings: Settings, spec: JobSpec) -> IcebergSink:
     from rewind.catalog import load_catalog
     from rewind.sinks.iceberg import IcebergSink
 
-    assert spec.sink.postgres is not None
-    name = re.sub(r"[^A-Za-z0-9_]", "_", spec.sink.postgres.table)
+    target = spec.sink.postgres or spec.sink.iceberg
+    assert target is not None
+    name = re.sub(r"[^A-Za-z0-9_]", "_", target.table)
     return IcebergSink(load_catalog(settings), f"{PARTS_NAMESPACE}.{name}_parts")
 
 
@@ -127,11 +131,17 @@ def finalize_run(
         _commit_iceberg(source_sink, source_staging, run_id, files, counts)
     else:
         extra = {UNIT_COUNTS_KEY: json.dumps({FOLD_UNIT: counts.to_dict()}, sort_keys=True)}
-        sink.commit(staging, run_id, [FOLD_UNIT], files, extra=extra)
+        sink.commit(staging, run_id, [FOLD_UNIT, *_folded_units(plan)], files, extra=extra)
     faults.point("after-fold-commit")
     ledger.audit(run_id, "finalized", counts.to_dict())
     log.info("run %s: folded %s", run_id, counts.to_dict())
     return counts.to_dict()
+
+
+def _folded_units(plan: JobPlan) -> list[str]:
+    """A shadow's v2 records the history's ranges with the folded rows, in the same commit: they
+    are what its cut line proves (every offset below it in v2, once), and its tail continues them."""
+    return sorted(u.id for u in plan.units) if plan.job_spec().shadow is not None else []
 
 
 def _fold(

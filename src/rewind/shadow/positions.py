@@ -41,6 +41,8 @@ def coverage(unit_ids: Iterable[str]) -> dict[TP, Coverage]:
     """Per partition, the committed ranges merged where they touch, and any that overlap."""
     by_tp: dict[TP, list[tuple[int, int]]] = {}
     for uid in unit_ids:
+        if uid.count("/") < 2:  # not a range: a folded history's own unit (its ranges are named beside it)
+            continue
         topic, partition, start, end = parse_unit(uid)
         by_tp.setdefault((topic, partition), []).append((start, end))
     out = {}

@@ -1,6 +1,7 @@
 """``rewind shadow start SPEC``: history into v2, then the live tail, in one restartable process.
 
-Steps, each safe to repeat after a kill -9 anywhere:
+Steps, each safe to repeat after a kill -9 anywhere (a folded read model's fold is first
+checked to take its own rows, :mod:`rewind.shadow.fold_check`, before anything is written):
 
 1. the shadow's ledger row (name = the job's name, with the spec's fingerprint and a run id
    chosen once): a restart finds it and continues;
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from rewind.core.console import QUIET, Console
 from rewind.ledger.shadows import ShadowEvent
 from rewind.shadow.exceptions import ShadowError
+from rewind.shadow.fold_check import check_fold_takes_own_rows
 from rewind.shadow.lag import PartitionLag, caught_up, sample
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ def start_shadow(
     config = spec.shadow
     if config is None:
         raise ShadowError(f"spec {spec.name} has no shadow: section; add one (shadow: {{live_group: ...}})")
+    check_fold_takes_own_rows(settings, spec)  # a folded v2 is folded again with each micro-batch
     ledger = open_ledger(settings)
     try:
         store = ShadowStore(ledger.engine)

@@ -6,6 +6,11 @@ checked per unit, the quarantine rows and then the output rows are committed wit
 ids in one sink transaction each. A batch whose units the sink already holds is a replay
 after a crash and is skipped, so every offset reaches v2 exactly once; upserts on the key
 make the order of keys' events the only thing that matters, and that is the log's.
+
+A folded read model (``translate.fold``): the translate emits partial rows, and the sink's
+:meth:`~rewind.sinks.base.StagingSink.commit_folded` folds them with v2's current rows of the
+batch's keys and writes the result over those keys, in the same atomic commit that records the
+batch's units. So a replayed batch is skipped as above and never folded twice.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.shadow.exceptions import ShadowError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
-    from rewind.sinks.base import Staging, StagingSink
+    from rewind.sinks.base import RowFold, Staging, StagingSink
     from rewind.sinks.iceberg import IcebergSink, IcebergStaging
     from rewind.spark.shadow_tail import TailBatch
 
@@ -61,6 +67,7 @@ class TailWriter:
         self.known = sink.committed_units(staging, run_id)
         self.known_q = self.qsink.committed_units(self.qstaging, run_id)
         self.stats = TailStats()
+        self.fold = row_fold(plan)
 
     def __call__(self, df: DataFrame, batch: TailBatch) -> None:
         from rewind.spark.job_stage import StageContext
@@ -100,16 +107,31 @@ class TailWriter:
         faults.point("shadow-before-batch-commit")
         counts = {u: outputs[u].counts.to_dict() for u in ordered}
         files = [f for u in ordered for f in outputs[u].data_files]
-        self.sink.commit(
-            self.staging,
-            self.run_id,
-            ordered,
-            files,
-            extra={UNIT_COUNTS_KEY: json.dumps(counts, sort_keys=True)},
-        )
+        extra = {UNIT_COUNTS_KEY: json.dumps(counts, sort_keys=True)}
+        if self.fold is not None:  # partial rows: folded with v2's rows of their keys, in the commit
+            self.sink.commit_folded(self.staging, self.run_id, ordered, files, self.fold, extra=extra)
+        else:
+            self.sink.commit(self.staging, self.run_id, ordered, files, extra=extra)
         faults.point("shadow-after-batch-commit")
         self.known.update(ordered)
         self.stats.batches += 1
         for out in outputs.values():
             self.stats.counts = self.stats.counts.merge(out.counts)
         self.stats.ends.update(batch.ends)
+
+
+def row_fold(plan: JobPlan) -> RowFold | None:
+    """The spec's ``translate.fold`` over Arrow rows in the plan's output schema, or None."""
+    spec = plan.job_spec()
+    if spec.translate.fold is None:
+        return None
+    from rewind.spark.fold_stage import fold_arrow
+    from rewind.translate.functions import load_callable
+
+    fn = load_callable(spec.translate.fold, "translate.fold")
+    key, schema = list(spec.key), plan.output_schema()
+
+    def fold(rows: pa.Table) -> pa.Table:
+        return fold_arrow(rows, key, fn, schema)
+
+    return fold

@@ -12,6 +12,7 @@ Implementations: :class:`rewind.sinks.iceberg.IcebergSink` (the reference),
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -55,6 +56,9 @@ class Swap:
 
 S = TypeVar("S", bound=Staging)
 
+RowFold = Callable[["pa.Table"], "pa.Table"]
+"""Rows of some keys (current rows and partial rows, in the output's columns) → one row per key."""
+
 
 class StagingSink(ABC, Generic[S]):
     """A sink whose staging is of type ``S``.
@@ -62,13 +66,15 @@ class StagingSink(ABC, Generic[S]):
     What a sink can do beyond the protocol is said by class constants, read without calling
     anything (as SQLMesh's engine adapters do): :attr:`SUPPORTS_REBASE` (``promote(...,
     rebase=True)`` re-applies staging on a target that moved) and :attr:`SUPPORTS_CLEANUP`
-    (``rewind cleanup`` can drop what a run left behind).
+    (``rewind cleanup`` can drop what a run left behind), :attr:`SUPPORTS_FOLDED_COMMIT`
+    (:meth:`commit_folded`: a shadow's tail into a folded read model).
     """
 
     kind: ClassVar[str]
     """Short name in messages and staging records: ``iceberg``, ``postgres``, ``kafka``."""
     SUPPORTS_REBASE: ClassVar[bool] = False
     SUPPORTS_CLEANUP: ClassVar[bool] = False
+    SUPPORTS_FOLDED_COMMIT: ClassVar[bool] = False
 
     @property
     @abstractmethod
@@ -104,6 +110,21 @@ class StagingSink(ABC, Generic[S]):
         extra: dict[str, str] | None = None,
     ) -> Any:
         """Make ``files`` part of staging together with the unit ids (and ``extra``), atomically."""
+
+    def commit_folded(
+        self,
+        staging: S,
+        run_id: str,
+        unit_ids: list[str],
+        files: list[str],
+        fold: RowFold,
+        extra: dict[str, str] | None = None,
+    ) -> Any:
+        """Like :meth:`commit`, for a one-row-per-key staging whose rows are a fold of partial
+        rows (where :attr:`SUPPORTS_FOLDED_COMMIT`): staging's current rows of the files' keys
+        and the files' rows go through ``fold`` together, and its result replaces those keys'
+        rows, in the same atomic step that records the units."""
+        raise RewindError(f"the {self.kind} sink cannot fold rows into its staging")
 
     @abstractmethod
     def committed_units(self, staging: S, run_id: str) -> set[str]: ...

@@ -114,6 +114,16 @@ def fold_frame(rows: pd.DataFrame, key: list[str], fold: Any) -> pd.DataFrame:
     return merged
 
 
+def fold_arrow(rows: pa.Table, key: list[str], fold: Any, schema: pa.Schema) -> pa.Table:
+    """:func:`fold_frame` over Arrow rows (pandas' nullable integers, as a fold task gets them),
+    back to ``schema``: a shadow's tail folds a micro-batch's partial rows together with v2's
+    current rows of the same keys with it, in the driver."""
+    import pyarrow as pa
+
+    frame = fold_frame(rows.to_pandas(types_mapper=_nullable), key, fold)
+    return pa.Table.from_pandas(frame, preserve_index=False).select(schema.names).cast(schema)
+
+
 def _outside(frame: pd.DataFrame, column: str, window: tuple[datetime, datetime]) -> pd.Series:
     import pandas as pd
 

@@ -362,11 +362,13 @@ class JobSpec(_Model):
                 "a shadow upserts v2 on the business key: list the key columns",
                 at=("key",),
             )
-        if self.translate.fold is not None:
+        overlap = self.shadow.rewind_by if self.shadow is not None else 0
+        if self.translate.fold is not None and overlap not in (0, "0"):
             raise _Bad(
-                "is not supported with translate.fold",
-                "a shadow upserts one row per event on the key; remove translate.fold",
-                at=("translate", "fold"),
+                "must be 0 with translate.fold",
+                "a fold counts an event applied twice twice: a folded v2's cut line is where it ends",
+                got=self.shadow.rewind_by,
+                at=("shadow", "rewind_by"),
             )
         if self.source.window.to != "latest":
             raise _Bad(

@@ -12,11 +12,14 @@ never touched by the live service.
   snapshot summary, as every Iceberg commit of a run does. The units' rows and v2's current
   rows (key and lineage columns) are decided by :func:`rewind.core.merge.decide` under
   ``latest-event-time`` (ties by topic, partition, offset: the order the SQL sink's upsert
-  keeps); one overwrite snapshot drops the files holding rows of the keys replaced and writes
-  their other rows together with the winning unit rows
-  (:func:`rewind.sinks.iceberg.rewrite.replace_rows`, so commits merge small files instead of
-  adding one each). So v2 never holds a
+  keeps); one overwrite snapshot replaces the files holding rows of the units' keys by their
+  other rows and the winning unit rows. v2 is kept as sorted, non-overlapping ranges of the
+  key (:mod:`rewind.sinks.iceberg.keyed`), so only the files whose range holds a unit's key
+  are read and written: a tail batch costs its keys, not v2's size. So v2 never holds a
   key twice, re-applying a unit changes nothing, and units may commit in any order.
+  A folded read model (``translate.fold``, :meth:`IcebergShadowSink.commit_folded`): v2's
+  rows of the units' keys are folded with the units' partial rows instead, and the folded
+  rows replace them, in the same one snapshot that names the units.
 * **Cut line**: :meth:`IcebergShadowSink.rebase_target` records v1's metadata location at
   the cut (writers stopped) as a property of v2; promotion refuses a v1 that moved since.
 * **Promotion** (hard cutover, repoint) swaps the two catalog entries in ONE transaction of
@@ -41,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.merge import MergePolicy, decide, key_array
-from rewind.sinks.base import Swap
+from rewind.sinks.base import RowFold, Swap
+from rewind.sinks.iceberg.keyed import key_properties
 from rewind.sinks.iceberg.sink import IcebergSink
 from rewind.sinks.iceberg.staging import (
     RUN_PROPERTY,
@@ -95,6 +99,7 @@ class IcebergShadowSink(IcebergSink):
     """The Iceberg sink of a job with a ``shadow:`` section (see the module docstring)."""
 
     SUPPORTS_REBASE = False
+    SUPPORTS_FOLDED_COMMIT = True
 
     def __init__(self, catalog: Any, table: str, key: list[str]) -> None:
         super().__init__(catalog, table)
@@ -141,7 +146,8 @@ class IcebergShadowSink(IcebergSink):
         """Create v2 empty from the output schema (or find it again on resume)."""
         staging = self.shadow_staging(run_id)
         if self._load(staging.table) is None and self._load(staging.prev_table) is None:
-            self.catalog.create_table(staging.table, schema=schema, properties={RUN_PROPERTY: run_id})
+            props = {RUN_PROPERTY: run_id, **key_properties(self.key)}  # exact key bounds
+            self.catalog.create_table(staging.table, schema=schema, properties=props)
         return staging
 
     def staging_from_dict(self, data: dict[str, Any]) -> IcebergShadowStaging:
@@ -172,21 +178,25 @@ class IcebergShadowSink(IcebergSink):
         unit_ids: list[str],
         files: list[str],
         extra: dict[str, str] | None = None,
+        fold: RowFold | None = None,
     ) -> int | None:
         """Upsert the units' rows on the key in ONE transaction that names the units.
 
-        Steps: (1) read the units' Parquet files and v2's key and lineage columns; (2) decide
-        per key (:data:`UPSERT`); (3) one overwrite snapshot, with the unit ids (and ``extra``)
-        in its summary: the files holding replaced keys are dropped and their other rows
-        written again with the winning rows; the catalog refuses it if v2 moved
-        meanwhile; (4) remove the units' Parquet files, whose rows are now in v2's own files.
+        Steps: (1) read the units' Parquet files, and v2's files that hold (or will hold) their
+        keys, whole (:class:`~rewind.sinks.iceberg.keyed.KeyedFiles`: v2 is kept as sorted key
+        ranges, so the other files are not read); (2) decide per key (:data:`UPSERT`), or with
+        ``fold``: fold v2's rows of the units' keys with the units' rows, the result replacing
+        them; (3) one overwrite snapshot, with the unit ids (and ``extra``) in its summary: the
+        files read are replaced by their other rows and the winning (folded) rows of their key
+        ranges; the catalog refuses it if v2 moved meanwhile; (4) remove the units' Parquet
+        files, whose rows are now in v2's own files.
         """
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         from rewind.core.columns import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TIMESTAMP, SOURCE_TOPIC
-        from rewind.sinks.iceberg.rewrite import FILE_COLUMN, read_files, replace_rows
+        from rewind.sinks.iceberg.keyed import FILE_COLUMN, KeyedFiles, comparable
 
         table = self._load(staging.table)
         if table is None:
@@ -199,24 +209,31 @@ class IcebergShadowSink(IcebergSink):
             if files
             else arrow_schema.empty_table()
         )
-        lineage = [SOURCE_TIMESTAMP, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET]
-        tasks, existing = read_files(table, "main", [*self.key, *lineage])
-        result = decide(incoming, existing.drop_columns([FILE_COLUMN]), self.key, UPSERT)
-        keep: dict[int, Any] = {}
-        if result.replaced.num_rows:
-            drop = pc.fill_null(
-                pc.is_in(key_array(existing, self.key), key_array(result.replaced, self.key)), False
-            )
-            drop_np = drop.to_numpy(zero_copy_only=False)
-            file_of = existing.column(FILE_COLUMN).to_numpy()
-            for index in set(file_of[drop_np].tolist()):
-                keep[int(index)] = pa.array(~drop_np[file_of == index])
+        # 1. v2's files of these keys, read whole
+        keyed = KeyedFiles.read(table, self.key)
+        homes = keyed.homes(list(dict.fromkeys(comparable(incoming.column(self.key[0])))))
+        touched = keyed.touched(homes)
+        existing = keyed.read_rows(touched)
+        # 2. the rows to write, and the keys whose rows in v2 they replace
+        existing_keys = key_array(existing, self.key)
+        if fold is None:
+            lineage = [SOURCE_TIMESTAMP, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET]
+            result = decide(incoming, existing.select([*self.key, *lineage]), self.key, UPSERT)
+            rows, replaced = result.applied, key_array(result.replaced, self.key)
+        else:
+            current = pc.fill_null(pc.is_in(existing_keys, key_array(incoming, self.key)), False)
+            base = existing.filter(current).drop_columns([FILE_COLUMN]).cast(arrow_schema)
+            rows = fold(pa.concat_tables([base, incoming])) if incoming.num_rows else incoming
+            replaced = key_array(incoming, self.key)
+        kept = existing.filter(pc.invert(pc.fill_null(pc.is_in(existing_keys, replaced), False)))
         props = {RUN_PROPERTY: run_id, UNITS_PROPERTY: ",".join(sorted(unit_ids)), **(extra or {})}
+        # 3. one snapshot
         with table.transaction() as tx:
-            if keep or result.applied.num_rows:
-                replace_rows(tx, table, "main", tasks, keep, result.applied, props)
+            if touched or rows.num_rows:
+                keyed.write(tx, touched, kept, rows, homes, props)
             else:  # nothing to write: a file-less marker commit still records the units
-                tx.append(result.applied, snapshot_properties=props)
+                tx.append(arrow_schema.empty_table(), snapshot_properties=props)
+        # 4. the units' files
         for f in files:  # best effort: unreferenced once their rows were rewritten into v2
             try:
                 table.io.delete(f)
@@ -225,6 +242,17 @@ class IcebergShadowSink(IcebergSink):
         head = self._load(staging.table)
         snap = head.current_snapshot() if head is not None else None
         return snap.snapshot_id if snap is not None else None
+
+    def commit_folded(
+        self,
+        staging: IcebergStaging,
+        run_id: str,
+        unit_ids: list[str],
+        files: list[str],
+        fold: RowFold,
+        extra: dict[str, str] | None = None,
+    ) -> int | None:
+        return self.commit(staging, run_id, unit_ids, files, extra, fold=fold)
 
     # -- cut line, swap, rollback, cleanup ------------------------------------------------
 

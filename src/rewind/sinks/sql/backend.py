@@ -170,7 +170,8 @@ class Backend:
     def is_lock_timeout(self, exc: BaseException) -> bool:
         return False
 
-    def read_arrow(self, tx: Tx, name: TableName) -> pa.Table:
+    def read_arrow(self, tx: Tx, name: TableName, join: str = "") -> pa.Table:
+        """Every row of ``name`` (``join``: SQL after ``FROM name``, to keep some rows only)."""
         raise NotImplementedError
 
     def upsert_rows(

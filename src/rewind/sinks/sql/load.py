@@ -21,7 +21,7 @@ from rewind.sinks.sql.names import TableName
 from rewind.sinks.sql.postgres import PostgresBackend
 
 if TYPE_CHECKING:
-
+    from rewind.sinks.base import RowFold
     from rewind.sinks.sql.sink import SqlSink, SqlStaging
 
 log = logging.getLogger(__name__)
@@ -35,9 +35,12 @@ def write_files(sink: SqlSink,
     done: set[str],
     files: list[str],
     counts: dict[str, Any],
+    fold: RowFold | None = None,
 ) -> tuple[int, str, list[str]]:
     """Steps 3 to 5 of :meth:`commit`, inside its transaction."""
     from sqlalchemy import insert
+
+    from rewind.sinks.sql.fold import load_folded
 
     if done:
         log.warning(
@@ -45,9 +48,13 @@ def write_files(sink: SqlSink,
         )
     # 3. staging's columns before anything is written
     columns = file_columns(sink, files)
-    check_staging(sink, tx, sname, files_schema(files, columns))
-    # 4. the rows
-    rows, path = load_files(sink, tx, sname, columns, files)
+    if fold is not None:  # 3. and 4. folded with staging's rows of the files' keys
+        spool = str(Path(uri_path(files[0])).parent) if files else ""
+        rows, path = load_folded(sink, tx, sname, columns, files, fold, spool)
+    else:
+        check_staging(sink, tx, sname, files_schema(files, columns))
+        # 4. the rows
+        rows, path = load_files(sink, tx, sname, columns, files)
     # 5. the units, with their counts
     now = datetime.now(UTC)
     new = [u for u in unit_ids if u not in done]

@@ -308,7 +308,7 @@ class PostgresBackend(Backend):
         tx.cur.execute(f"DROP TABLE {load}")
         return rows
 
-    def read_arrow(self, tx: Tx, name: TableName) -> pa.Table:
+    def read_arrow(self, tx: Tx, name: TableName, join: str = "") -> pa.Table:
         import pyarrow as pa
         import pyarrow.csv as pcsv
 
@@ -327,7 +327,8 @@ class PostgresBackend(Backend):
                 exprs.append(quote_ident(c.name))
                 read_types[c.name] = t
         buf = io.BytesIO()
-        with tx.cur.copy(f"COPY (SELECT {', '.join(exprs)} FROM {name.sql}) TO STDOUT (FORMAT csv)") as copy:
+        query = f"SELECT {', '.join(exprs)} FROM {name.sql}{join}"
+        with tx.cur.copy(f"COPY ({query}) TO STDOUT (FORMAT csv)") as copy:
             for data in copy:
                 buf.write(data)
         names = [c.name for c in cols]

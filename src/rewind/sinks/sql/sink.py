@@ -75,7 +75,7 @@ from rewind.core.columns import (
 )
 from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.secrets import mask_url
-from rewind.sinks.base import StagingSink, Swap
+from rewind.sinks.base import RowFold, StagingSink, Swap
 from rewind.sinks.sql.backend import (
     STAGINGS_TABLE,
     UNITS_TABLE,
@@ -145,6 +145,7 @@ class SqlSink(StagingSink[SqlStaging]):
 
     kind = "postgres"
     SUPPORTS_CLEANUP = True
+    SUPPORTS_FOLDED_COMMIT = True
 
     def __init__(
         self,
@@ -444,6 +445,7 @@ class SqlSink(StagingSink[SqlStaging]):
         unit_ids: list[str],
         files: list[str],
         extra: dict[str, str] | None = None,
+        fold: RowFold | None = None,
     ) -> dict[str, Any]:
         """Load ``files`` into staging and record ``unit_ids`` with their counts, in ONE transaction.
 
@@ -453,7 +455,8 @@ class SqlSink(StagingSink[SqlStaging]):
         schema before writing anything; (4) load the rows: ``COPY`` straight into staging
         under a savepoint while staging has shown no conflict, else ``COPY`` into a temporary
         table and ``INSERT ... ON CONFLICT`` (SQLite: ``executemany`` upserts); (5) insert the
-        unit rows; (6) commit; then (7) delete the spooled files.
+        unit rows; (6) commit; then (7) delete the spooled files. ``fold``: step 4 folds the
+        rows with staging's rows of their keys instead (:mod:`rewind.sinks.sql.fold`).
         """
         from sqlalchemy import select
 
@@ -484,7 +487,7 @@ class SqlSink(StagingSink[SqlStaging]):
             if repeat:
                 log.info("commit of %d units into %s: already committed", len(unit_ids), sname)
             else:
-                rows, path, new = write_files(self, tx, sname, run_id, unit_ids, done, files, counts)
+                rows, path, new = write_files(self, tx, sname, run_id, unit_ids, done, files, counts, fold)
         # 6. committed; 7. the spool is not needed any more
         unspool(self, staging, files)
         if repeat:
@@ -492,6 +495,17 @@ class SqlSink(StagingSink[SqlStaging]):
         seconds = time.monotonic() - started
         log.info("committed %d rows of %d units into %s (%s) in %.2fs", rows, len(new), sname, path, seconds)
         return {"rows": rows, "path": path, "units": len(new), "seconds": round(seconds, 3)}
+
+    def commit_folded(
+        self,
+        staging: SqlStaging,
+        run_id: str,
+        unit_ids: list[str],
+        files: list[str],
+        fold: RowFold,
+        extra: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        return self.commit(staging, run_id, unit_ids, files, extra, fold=fold)
 
     # -- publishing -----------------------------------------------------------------------
 

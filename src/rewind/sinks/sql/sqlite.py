@@ -132,12 +132,12 @@ class SqliteBackend(Backend):
             rows += batch.num_rows
         return rows
 
-    def read_arrow(self, tx: Tx, name: TableName) -> pa.Table:
+    def read_arrow(self, tx: Tx, name: TableName, join: str = "") -> pa.Table:
         import pyarrow as pa
 
         cols = self.columns(tx, name)
         fields = [pa.field(c.name, arrow_of(c.type)) for c in cols]
-        tx.cur.execute(f"SELECT {', '.join(quote_ident(c.name) for c in cols)} FROM {name.sql}")
+        tx.cur.execute(f"SELECT {', '.join(quote_ident(c.name) for c in cols)} FROM {name.sql}{join}")
         data: list[list[Any]] = [[] for _ in cols]
         for row in tx.cur.fetchall():
             for i, v in enumerate(row):

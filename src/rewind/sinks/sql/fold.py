@@ -1,0 +1,93 @@
+"""The write path of a folded commit: partial rows folded with staging's rows of their keys.
+
+A shadow's tail into a folded read model (``translate.fold``) commits each micro-batch's
+partial rows with :meth:`~rewind.sinks.sql.sink.SqlSink.commit_folded`. Inside the commit's
+transaction (its bookkeeping row locked, so no other committer runs), :func:`load_folded`:
+
+1. reads the partial rows of the files and checks staging's columns against them;
+2. reads staging's current rows of exactly those keys: the keys go to a temporary table and
+   staging is joined to it on the key (its unique index), so the read costs the batch's keys,
+   not the size of staging;
+3. folds the current rows and the partial rows together (the fold accepts its own rows: a
+   current row is the fold of every earlier event of its key);
+4. writes the folded rows over their keys (``replace``: the fold decided), in the same
+   transaction that then records the units.
+
+A kill before the commit leaves staging and its bookkeeping as they were, and the batch is
+folded again from the same current rows; after it, the units are recorded and the batch is
+skipped: no key is folded twice and none is missed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rewind.core.parquet import write_parquet
+from rewind.sinks.sql.checks import check_staging
+from rewind.sinks.sql.encoding import prepare_columns, read_batches, uri_path
+from rewind.sinks.sql.names import TableName, quote_ident
+from rewind.sinks.sql.postgres import PostgresBackend
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rewind.sinks.base import RowFold
+    from rewind.sinks.sql.backend import Tx
+    from rewind.sinks.sql.sink import SqlSink
+
+KEYS_TABLE = "rewind_fold_keys"
+
+
+def load_folded(
+    sink: SqlSink, tx: Tx, sname: TableName, columns: list[str], files: list[str], fold: RowFold, spool: str
+) -> tuple[int, str]:
+    """Steps 1-4 (module docstring) inside the commit's transaction; the rows written."""
+    import pyarrow as pa
+
+    if not files:
+        return 0, "none"
+    # 1. the partial rows
+    partial = pa.concat_tables(list(read_batches(files, columns)))
+    check_staging(sink, tx, sname, partial.schema)
+    # 2. staging's rows of those keys
+    current = read_current(sink, tx, sname, partial.select(sink.key))
+    # 3. folded together
+    rows = pa.concat_tables([current.select(columns).cast(partial.schema), partial])
+    folded = fold(rows)
+    if not folded.num_rows:
+        return 0, "fold"
+    # 4. written over their keys
+    path = write_parquet(spool, folded, "fold")
+    try:
+        if sink.is_sqlite:
+            written = sink._backend.upsert_rows(tx, sname, folded.schema.names, [path], sink.key, "replace")
+        else:
+            pg = sink._backend
+            assert isinstance(pg, PostgresBackend)
+            written = pg.copy_upsert(tx, sname, folded.schema.names, [path], sink.key, "replace", False)
+    finally:
+        with contextlib.suppress(OSError):
+            Path(uri_path(path)).unlink()
+    return written, "fold"
+
+
+def read_current(sink: SqlSink, tx: Tx, sname: TableName, keys: pa.Table) -> pa.Table:
+    """Staging's rows whose key is one of ``keys``, through a temporary table of the keys."""
+    names = ", ".join(quote_ident(k) for k in sink.key)
+    temp = quote_ident(KEYS_TABLE)
+    distinct = prepare_columns(keys.group_by(sink.key).aggregate([]).select(sink.key), sqlite=sink.is_sqlite)
+    values = list(zip(*(c.to_pylist() for c in distinct.columns), strict=True))
+    tx.cur.execute(f"DROP TABLE IF EXISTS {temp}")
+    tx.cur.execute(f"CREATE TEMP TABLE {temp} AS SELECT {names} FROM {sname.sql} WHERE 1 = 0")
+    if sink.is_sqlite:
+        marks = ", ".join("?" for _ in sink.key)
+        tx.cur.executemany(f"INSERT INTO {temp} ({names}) VALUES ({marks})", values)
+    else:
+        with tx.cur.copy(f"COPY {temp} ({names}) FROM STDIN") as copy:
+            for row in values:
+                copy.write_row(row)
+    current = sink._backend.read_arrow(tx, sname, f" JOIN {temp} USING ({names})")
+    tx.cur.execute(f"DROP TABLE {temp}")
+    return current
