@@ -116,3 +116,132 @@ def test_a_query_that_cannot_run_fails_the_plan_in_one_line(world: Any, query: s
     plan = plan_job(settings, sql_spec(topic, query, name="orders-sql-bad"))
     gate = next(g for g in plan.gates if g.name == "translate")
     assert not gate.ok and gate.detail.startswith(message) and "\n" not in gate.detail
+
+
+# --- the query's own run-time failures, and a kill: what a Python translate gets -------------
+
+FAILING = (
+    "SELECT _rewind_row, order_id, "
+    f"CASE WHEN amount = {jf.UNLUCKY} THEN raise_error('unlucky amount') "
+    "ELSE CAST(ROUND(amount * 100) AS BIGINT) END AS cents "
+    "FROM events WHERE status <> 'test' AND amount > 0"
+)
+
+
+def cents(events: Any) -> Any:
+    """The Python translate doing what :data:`FAILING` does (raising on the same records)."""
+    if (events["amount"] == jf.UNLUCKY).any():
+        raise ValueError("unlucky amount")
+    kept = events[(events["status"] != "test") & (events["amount"] > 0)]
+    return kept.assign(cents=(kept["amount"] * 100).round().astype("int64"))[
+        ["_rewind_row", "order_id", "cents"]
+    ]
+
+
+def named(spec: Any, **translate: Any) -> Any:
+    """``spec`` with ``translate`` replaced; one transform name, so both runs' event ids agree."""
+    data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["translate"] = {
+        "version": "1",
+        "name": "orders",
+        "output_schema": {"order_id": "long", "cents": "long"},
+    }
+    data["translate"].update(translate)
+    return parse_spec(data)
+
+
+def comparable(settings: Any, outcome: Any) -> tuple[list[Any], list[Any]]:
+    rows = sorted(
+        (
+            r["_rewind_event_id"],
+            r["_rewind_source_partition"],
+            r["_rewind_source_offset"],
+            r["order_id"],
+            r["cents"],
+        )
+        for r in jf.staging_table(settings, outcome.staging).to_pylist()
+    )
+    quarantined = sorted(
+        (q["partition"], q["offset"], q["stage"], q["value"])
+        for q in jf.quarantine_rows(settings, outcome.quarantine_table, outcome.run_id)
+    )
+    return rows, quarantined
+
+
+@pytest.fixture(scope="module")
+def unlucky(world: Any) -> Any:
+    """A topic where two records make the query (and the Python translate) fail."""
+    settings, _, _, _ = world
+    topic = f"orders-unlucky-{uuid.uuid4().hex[:8]}"
+    create_topic(settings.kafka_config(), topic, 2)
+    orders = jf.order_events(RECORDS, 2, raise_every=150)
+    coords = jf.produce_orders(settings.kafka_config(), topic, orders)
+    assert sum(o.fate == "translate-error" for o in orders) == 2
+    return topic, orders, coords
+
+
+def test_records_the_query_fails_on_are_quarantined_and_the_rest_equals_a_python_translate(
+    world: Any, unlucky: Any
+) -> None:
+    from rewind.job.service import run_job
+
+    settings = world[0]
+    topic, orders, coords = unlucky
+    sql = run_job(settings, named(sql_spec(topic, name="orders-sql-unlucky"), sql=FAILING), units_per_wave=4)
+    python = run_job(
+        settings,
+        named(sql_spec(topic, name="orders-py-unlucky"), function="tests.test_translate_sql:cents"),
+        units_per_wave=4,
+    )
+    assert sql.state == python.state == "succeeded"
+    sql_rows, sql_quarantine = comparable(settings, sql)
+    assert (sql_rows, sql_quarantine) == comparable(settings, python)
+    failed = sorted((p, o) for p, o, stage, _ in sql_quarantine if stage == "translate-error")
+    assert failed == sorted(coords[o.index] for o in orders if o.fate == "translate-error")
+    sql_counts, python_counts = sql.counts.to_dict(), python.counts.to_dict()
+    sql_reasons, python_reasons = sql_counts.pop("reasons"), python_counts.pop("reasons")
+    assert sql_counts == python_counts and sql.counts.balanced
+    # counted by reason as a Python translate's, the error named as Spark names it
+    assert sql_reasons.pop("translate-error: SparkRuntimeException") == 2
+    assert python_reasons.pop("translate-error: ValueError") == 2
+    assert sql_reasons == python_reasons
+
+
+def test_a_query_that_does_not_select_the_key_fails_the_plan_in_one_line(world: Any) -> None:
+    from rewind.job.service import plan_job
+
+    settings, topic, _, _ = world
+    plan = plan_job(
+        settings, sql_spec(topic, "SELECT _rewind_row, amount AS cents FROM events", name="orders-nokey")
+    )
+    gate = next(g for g in plan.gates if g.name == "translate")
+    assert not gate.ok and "\n" not in gate.detail
+    assert gate.detail.startswith("translate.sql does not select the key column(s) order_id")
+
+
+@pytest.mark.slow
+def test_a_sql_job_killed_after_a_commit_resumes_to_the_clean_runs_output(world: Any, tmp_path: Path) -> None:
+    import yaml
+
+    from rewind.job.service import open_ledger, resume_job, run_job
+
+    settings, topic, _, _ = world
+    clean = run_job(settings, sql_spec(topic, name="orders-sql-clean"), units_per_wave=2)
+    spec = sql_spec(topic, name="orders-sql-killed")
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    env = jf.child_env(settings, REWIND_FAULT="after-sink-commit")
+    proc = jf.run_driver(tmp_path, env, "run", str(path), units_per_wave=2)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    with open_ledger(settings) as ledger:
+        run_id = next(r.id for r in ledger.list_runs() if r.name == "orders-sql-killed")
+        assert sum(u.state == "done" for u in ledger.units(run_id)) < len(ledger.units(run_id))
+    resumed = resume_job(settings, run_id, units_per_wave=2)
+    assert resumed.state == "succeeded"
+
+    def stable(outcome: Any) -> list[Any]:
+        rows = jf.staging_table(settings, outcome.staging).to_pylist()
+        return sorted((r["_rewind_event_id"], r["order_id"], r["cents"]) for r in rows)
+
+    assert stable(resumed) == stable(clean)  # nothing lost, nothing twice
+    assert resumed.counts.to_dict() == clean.counts.to_dict()

@@ -96,7 +96,7 @@ class UnitOutput:
     """The task loaded the unit into the sink (:attr:`StageContext.unit_loader`)."""
 
 
-class _UnitFiles:
+class UnitFiles:
     """Streams one unit's output rows and quarantine rows into Parquet files, lazily opened."""
 
     def __init__(self, ctx: StageContext, unit: WorkUnit, schema: pa.Schema) -> None:
@@ -158,7 +158,7 @@ class ProcessUnits:
         by_partition: dict[tuple[str, int], list[WorkUnit]] = {}
         for unit in sorted(self.ctx.units, key=lambda u: u.start):  # a task's units load in this order
             by_partition.setdefault((unit.topic, unit.partition), []).append(unit)
-        files: dict[str, _UnitFiles] = {}
+        files: dict[str, UnitFiles] = {}
         extracted_at = datetime.now(UTC)
         name = transform_name(spec.translate)
         lineage = lineage_options(spec)
@@ -183,7 +183,7 @@ class ProcessUnits:
                     left_out = None
                     if self.ctx.latest is not None:
                         in_unit, left_out = self.ctx.latest.split(in_unit, topic, partition)
-                    out = files.get(unit.id) or files.setdefault(unit.id, _UnitFiles(self.ctx, unit, schema))
+                    out = files.get(unit.id) or files.setdefault(unit.id, UnitFiles(self.ctx, unit, schema))
                     if left_out is not None:
                         out.counts = out.counts.merge(left_out)
                     if in_unit.num_rows == 0:
@@ -199,32 +199,42 @@ class ProcessUnits:
                     clock.add("write", time.perf_counter() - t1)
                     out.counts = out.counts.merge(result.counts)
         reporter.close()
-        rows = []
-        for out in files.values():
-            t0 = time.perf_counter()
-            done = out.close()
-            # a unit is loaded by its task only if it is whole there: archive units may span tasks
-            if self.ctx.unit_loader is not None and out.unit.source == "kafka":
-                done.counts.check(done.unit_id)
-                recorded, _ = self.ctx.unit_loader.load(
-                    done.unit_id, done.data_files, done.quarantine_files, done.counts.to_dict()
-                )
-                done = UnitOutput(done.unit_id, [], list(recorded.get(QUARANTINE_FILES_KEY) or []))
-                done.counts = RecordCounts.from_dict(recorded)
-            clock.add("write", time.perf_counter() - t0)
-            rows.append(
-                {
-                    "unit_id": done.unit_id,
-                    "data_file": json.dumps(done.data_files),
-                    "quarantine_file": json.dumps(done.quarantine_files),
-                    "counts": json.dumps(done.counts.to_dict()),
-                    "stages": "{}",
-                }
-            )
+        rows = unit_result_rows(self.ctx, list(files.values()), clock)
         if rows:  # the task's stage seconds ride with its first unit
             rows[0]["stages"] = json.dumps(clock.to_dict())
         if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=_result_arrow_schema())
+            yield pa.RecordBatch.from_pylist(rows, schema=result_arrow_schema())
+
+
+def unit_result_rows(
+    ctx: StageContext, units: list[UnitFiles], clock: StageClock | None = None
+) -> list[dict[str, str]]:
+    """Close each unit's files (and load it into the sink from the task, when the sink does
+    that: :attr:`StageContext.unit_loader`); one result row per unit."""
+    rows = []
+    for out in units:
+        t0 = time.perf_counter()
+        done = out.close()
+        # a unit is loaded by its task only if it is whole there: archive units may span tasks
+        if ctx.unit_loader is not None and out.unit.source == "kafka":
+            done.counts.check(done.unit_id)
+            recorded, _ = ctx.unit_loader.load(
+                done.unit_id, done.data_files, done.quarantine_files, done.counts.to_dict()
+            )
+            done = UnitOutput(done.unit_id, [], list(recorded.get(QUARANTINE_FILES_KEY) or []))
+            done.counts = RecordCounts.from_dict(recorded)
+        if clock is not None:
+            clock.add("write", time.perf_counter() - t0)
+        rows.append(
+            {
+                "unit_id": done.unit_id,
+                "data_file": json.dumps(done.data_files),
+                "quarantine_file": json.dumps(done.quarantine_files),
+                "counts": json.dumps(done.counts.to_dict()),
+                "stages": "{}",
+            }
+        )
+    return rows
 
 
 COALESCE_ROWS = 100_000
@@ -255,7 +265,7 @@ def coalesced(
         yield pa.Table.from_batches(held)
 
 
-def _result_arrow_schema() -> pa.Schema:
+def result_arrow_schema() -> pa.Schema:
     import pyarrow as pa
 
     return pa.schema(
@@ -294,6 +304,12 @@ def run_wave(
             raise
         what = f"a Spark task of a wave of {len(ctx.units)} units failed"
         raise StageError(f"{what}: {task_error(exc)}") from exc
+    return collect_outputs(ctx, results)
+
+
+def collect_outputs(ctx: StageContext, results: list[Any]) -> dict[str, UnitOutput]:
+    """A wave's result rows (``RESULT_SCHEMA``) added up per unit; every unit of ``ctx`` gets
+    an output (zero counts if it held no record)."""
     outputs = {u.id: UnitOutput(u.id) for u in ctx.units}
     loadable = {u.id for u in ctx.units if u.source == "kafka"}
     for row in results:

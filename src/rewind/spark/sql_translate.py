@@ -3,24 +3,21 @@
 A SQL translate is the same contract as a Python one (:mod:`rewind.translate.functions`),
 so everything around it is the same code: decoding, quarantine with the record's bytes,
 key checks, lineage, event ids and the conservation law
-(:func:`rewind.translate.process.process_batch`). What differs is where it runs: the query
-needs a SparkSession, which exists only in the driver, so a wave of a SQL job
-(:func:`run_sql_wave`) collects its units' records to the driver and processes them there,
-one unit at a time, each unit's decoded events registered as the temporary view ``events``.
+(:func:`rewind.translate.process.process_batch`). What differs is where it runs: a wave's
+query is a Spark transformation of the decoded records, on the executors
+(:mod:`rewind.spark.sql_wave`); this module is the plan's side: the gate that analyses the
+query over an empty view ``events`` typed as decode gives it, and :class:`SqlTranslator`, which
+runs the query over a small frame in the driver (the plan's sample, to learn its output).
 
 The query must select ``_rewind_row`` (the view has it: which record a row comes from), as a
-Python translate returns it; records it returns no row for are counted as filtered. A
-query that fails on a unit is retried on halves down to single records, whose failures are
-quarantined (``translate-error``), as for a function. The driver holds one wave's raw records
-at a time: size waves (``run.work_unit_records`` times units per wave) to the driver's memory.
+Python translate returns it, and the sink's key columns; records it returns no row for are
+counted as filtered.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from rewind.core.arrow import schema_from_b64
 from rewind.core.columns import ROW, ROW_INDEX
 from rewind.errors import RewindError
 
@@ -29,7 +26,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from rewind.config import Settings
-    from rewind.spark.job_stage import ArchiveReader, StageContext, UnitOutput
     from rewind.spec import JobSpec
 
 VIEW = "events"
@@ -69,9 +65,9 @@ class SqlTranslator:
         out.index.name = ROW_INDEX
         return out
 
-    def check(self, events: pd.DataFrame) -> None:
+    def check(self, events: pd.DataFrame, key: list[str]) -> None:
         """Raise a one-line :class:`SqlTranslateError` unless the query analyses over ``events``
-        and selects ``_rewind_row``."""
+        and selects ``_rewind_row`` and the ``key`` columns."""
         self._view(events.iloc[0:0]).createOrReplaceTempView(VIEW)
         try:
             columns = self.spark.sql(self.query).columns
@@ -80,6 +76,12 @@ class SqlTranslator:
             raise SqlTranslateError(f"translate.sql does not run over the view events: {first}") from exc
         if ROW not in columns:
             self(events.iloc[0:0])  # raises the one-line error above
+        missing = [k for k in key if k not in columns]
+        if missing:
+            raise SqlTranslateError(
+                f"translate.sql does not select the key column(s) {', '.join(missing)} (it selects "
+                f"{', '.join(c for c in columns if c != ROW) or 'nothing else'}); select them, or change key"
+            )
 
 
 def sql_translator(settings: Settings, spec: JobSpec) -> tuple[SqlTranslator, tuple[str, bool, str]]:
@@ -94,59 +96,7 @@ def sql_translator(settings: Settings, spec: JobSpec) -> tuple[SqlTranslator, tu
     translator = SqlTranslator(session(settings), query)
     empty = make_decoder(spec.decode).empty_events()
     if user_columns(empty.columns):
-        translator.check(empty)
+        translator.check(empty, list(spec.key))
     shown = " ".join(query.split())
     version = spec.translate.version
     return translator, ("translate", True, f"translate.sql over the view events: {shown} (version {version})")
-
-
-def run_sql_wave(
-    spark: SparkSession, ctx: StageContext, query: str, read_archive: ArchiveReader | None = None
-) -> dict[str, UnitOutput]:
-    """One wave of a SQL job: the units' records to the driver, each unit processed there with
-    the query as its translate; the same files and counts as :func:`run_wave`."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from rewind.spark.job_stage import UnitOutput, _UnitFiles, wave_source
-    from rewind.spec import JobSpec
-    from rewind.translate.factory import lineage_options, make_decoder, transform_name
-    from rewind.translate.process import ProcessContext, process_batch
-
-    spec = JobSpec.model_validate_json(ctx.spec_json)
-    source = wave_source(spark, ctx, read_archive)
-    outputs = {u.id: UnitOutput(u.id) for u in ctx.units}
-    if source is None:
-        return outputs
-    records: pa.Table = source.toArrow()
-    decoder = make_decoder(spec.decode)
-    translator = SqlTranslator(spark, query)
-    schema = schema_from_b64(ctx.output_schema_b64)
-    user_schema = pa.schema([f for f in schema if not f.name.startswith("_rewind_")])
-    extracted_at = datetime.now(UTC)
-    name = transform_name(spec.translate)
-    for unit in ctx.units:
-        mask = pc.and_(
-            pc.and_(pc.equal(records["topic"], unit.topic), pc.equal(records["partition"], unit.partition)),
-            pc.and_(pc.greater_equal(records["offset"], unit.start), pc.less(records["offset"], unit.end)),
-        )
-        batch = records.filter(mask).sort_by("offset")
-        if batch.num_rows == 0:
-            continue
-        pctx = ProcessContext(ctx.run_id, unit.id, name, spec.translate.version, extracted_at)
-        result = process_batch(
-            batch,
-            decoder,
-            translator,
-            spec.key,
-            pctx,
-            output_schema=user_schema,
-            translator_name="translate.sql",
-            **lineage_options(spec),
-        )
-        files = _UnitFiles(ctx, unit, schema)
-        files.write(result.rows, result.quarantine)
-        files.counts = result.counts
-        outputs[unit.id] = files.close()
-    return outputs
-

@@ -1,6 +1,5 @@
 """Which Spark stage runs a wave: the tasks' (:func:`rewind.spark.job_stage.run_wave`), or the
-driver's for a SQL translate (:func:`rewind.spark.sql_translate.run_sql_wave`), whose query
-needs the SparkSession."""
+query of a SQL translate with its tasks (:func:`rewind.spark.sql_wave.run_sql_wave`)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ def run_wave(
 ) -> dict[str, UnitOutput]:
     query = json.loads(ctx.spec_json).get("translate", {}).get("sql")
     if query:
-        from rewind.spark.sql_translate import run_sql_wave
+        from rewind.spark.sql_wave import run_sql_wave
 
         return run_sql_wave(spark, ctx, query, read_archive)
     return run_task_wave(spark, ctx, read_archive)
