@@ -25,7 +25,7 @@ import pytest
 from rewind.config import load_settings
 from rewind.spec import parse_spec
 from tests import job_fixtures as jf
-from tests.brokers import TestBroker
+from tests.brokers import READ_COMMITTED, TestBroker
 from tests.kafka_util import create_topic
 
 SKUS = 12
@@ -282,3 +282,73 @@ def test_a_missing_topic_is_refused_in_one_line_and_not_created(
         )
     time.sleep(0.5)  # a creation, had there been one, is visible by now on either broker
     assert missing not in cluster_metadata(conf).topics
+
+
+CHILD = """
+import json, sys
+from rewind.config import load_settings
+from rewind.job.compensate import compensate_run
+out = compensate_run(load_settings(), sys.argv[1], sys.argv[2], unit_messages=1)
+print(json.dumps(out))
+"""
+
+
+def test_a_killed_compensate_run_again_writes_every_message_once(
+    broker: TestBroker, iceberg_case: Case, tmp_path: Path
+) -> None:
+    """One unit per bucket (``unit_messages=1``): a task killed in its second unit after the
+    unit's records and marker were flushed, not committed (the compensate fails); then the
+    driver killed after every unit committed, before the final marker; then run to the end. A
+    read_committed consumer sees every message once and reaches the verified rows; a fourth
+    compensate writes nothing. Needs read_committed to hide the aborted attempt (noida-db)."""
+    import subprocess
+    import sys
+
+    from rewind.job.compensate import compensate_run
+
+    broker.require(READ_COMMITTED)
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(iceberg_case.state)},
+        cwd=iceberg_case.state.parent,
+    )
+    conf = settings.kafka_config()
+    out = f"stock-model-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, out, OUT_PARTITIONS)
+
+    def child(**fault: str) -> subprocess.CompletedProcess[str]:
+        env = jf.child_env(settings, REWIND_FAULT_ONCE=str(tmp_path / "once"), **fault)
+        return subprocess.run(
+            [sys.executable, "-c", CHILD, iceberg_case.run_id, out],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    task_killed = child(REWIND_FAULT="compensate-before-end:2")
+    assert task_killed.returncode == 1, task_killed.stderr[-3000:]
+    assert "a Spark task of the compensation failed" in task_killed.stderr
+    driver_killed = child(REWIND_FAULT="compensate-before-final-marker")
+    assert driver_killed.returncode == -9, driver_killed.stderr[-3000:]
+    finished = child()
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    done = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert not done["already_done"] and done["units_done_before"] == done["units"] > 2
+
+    msgs = read_topic(conf, out)
+    data = [m for m in msgs if not any(h[0] == "rewind-marker" for h in m.headers() or [])]
+    ops = sorted((m.key(), dict(m.headers())["rewind-op"]) for m in data)
+    assert len(data) == done["messages"] and len(set(ops)) == len(ops)  # every message once
+    state = dict(iceberg_case.production)
+    for m in sorted(data, key=lambda m: (m.partition(), m.offset())):
+        body = json.loads(m.value())
+        if body["op"] == "retract":
+            assert state.pop(body["key"]["sku"]) == body["row"]["qty"]
+        else:
+            state[body["key"]["sku"]] = body["row"]["qty"]
+    assert state == iceberg_case.verified
+    assert len(msgs) == len(data) + done["units"] + 1  # a marker per unit, and the final one
+
+    again = compensate_run(settings, iceberg_case.run_id, out)
+    assert again["already_done"] and len(read_topic(conf, out)) == len(msgs)

@@ -22,7 +22,9 @@ its rename transaction (before: renames done and locks held, not committed); the
 run's ``published``/``withdrawn`` record to ``rewind.commits`` (before it is produced, after
 it is acknowledged). A re-produce's unit transactions, and a Kafka-source unit produced by its
 task, add ``reproduce-before-marker`` and ``reproduce-before-end`` (in the Spark task).
-``REWIND_FAULT_ONCE=<path>`` makes a point fire in one process only (see
+``rewind compensate`` adds ``compensate-before-marker`` and ``compensate-before-end`` in a unit's
+transaction (in the Spark task) and ``compensate-before-final-marker`` (the driver, every unit
+committed). ``REWIND_FAULT_ONCE=<path>`` makes a point fire in one process only (see
 :func:`_first_across_processes`).
 
 Slow points: ``REWIND_FAULT_PAUSE=<point>:<seconds>`` (several: comma-separated) makes
