@@ -15,3 +15,16 @@ def order_amount(events: pd.DataFrame) -> pd.DataFrame:
             "amount_cents": (events["amount"] * 100).round().astype("int64"),
         }
     )
+
+
+def order_amount_kept(events: pd.DataFrame) -> pd.DataFrame:
+    """What ``bench/sql_translate.py``'s query does: the orders not cancelled, amount in cents."""
+    kept = events[events["status"] != "cancelled"]
+    return pd.DataFrame(
+        {
+            "_rewind_row": kept["_rewind_row"],
+            "order_id": kept["order_id"].astype("int64"),
+            "status": kept["status"],
+            "amount_cents": (kept["amount"] * 100).round().astype("int64"),
+        }
+    )

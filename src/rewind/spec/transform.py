@@ -140,8 +140,8 @@ class Translate(_Model):
         description=(
             "A Spark SQL query reading the decoded records as the view `events` (`SELECT _rewind_row, "
             "... FROM events`): it must select `_rewind_row`, which names each row's source record; "
-            "records it returns no row for are filtered. Runs in the driver's Spark session, a wave "
-            "at a time (see docs/translate-sql.md)."
+            "records it returns no row for are filtered. Runs as a Spark transformation on the "
+            "executors; the driver holds no record (see docs/translate-sql.md)."
         ),
     )
     version: str = Field(
