@@ -86,7 +86,7 @@ def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     lines = [
         line
         for line in proc.stderr.splitlines()
-        if not line.startswith("WARNING: Using incubator") and " WARNING rewind." not in line  # logs
+        if not line.startswith("WARNING: Using incubator")  # the JVM's, when Spark starts
     ]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: "), lines
@@ -152,6 +152,15 @@ def test_a_translate_raising_on_every_sampled_record_is_named(cli: Cli) -> None:
     assert "the translate raised on every sampled record" in line
     assert f"first, at {cli.topic}/" in line and " offset " in line and "KeyError" in line
     assert "amount_cents" in line and "translate.output_schema" in line
+    # the sample's warning (the translate raised on the records it was given) is in the log
+    # file, which the line names; --debug shows them on stderr as well
+    log_file = cli.settings.state_path / "rewind.log"
+    assert re.search(rf"\(\d+ warnings? in {re.escape(str(log_file))}\)$", line), line
+    logged = [x for x in log_file.read_text().splitlines() if " WARNING rewind." in x]
+    assert any("always_raises raised on" in x for x in logged), logged
+    debug = cli.rewind("--debug", "plan", str(spec))
+    assert debug.returncode == 1
+    assert "always_raises raised on" in debug.stderr and "the translate raised on every" in debug.stderr
 
 
 def test_a_window_ending_before_it_starts_exits_1_before_anything_runs(cli: Cli) -> None:

@@ -1,11 +1,15 @@
 """Logging set-up with a filter that scrubs secrets from every record.
 
-Core code logs through ``logging`` and never prints; the CLI decides the level.
+Core code logs through ``logging`` and never prints; the CLI decides the level and where
+records go: without ``--debug``, Rewind's warnings go to ``<state_dir>/rewind.log`` and only
+errors to stderr as well (a refused command prints one line, which names the file when
+warnings went there); with ``--debug``, everything goes to stderr.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from rewind.secrets import mask_text
 
@@ -27,15 +31,60 @@ class SecretFilter(logging.Filter):
         return True
 
 
-def configure(level: int = logging.WARNING, secrets: list[str] | None = None) -> None:
-    """Send Rewind's logs to stderr at ``level``, scrubbing ``secrets`` and URL passwords."""
+class _LogFile(logging.FileHandler):
+    """The log file, opened (its folder made) at the first record: a command that logs nothing
+    creates nothing. ``warnings`` is how many WARNING records it took."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8", delay=True)
+        self.path = path
+        self.warnings = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stream is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                self.handleError(record)
+                return
+        self.warnings += record.levelno == logging.WARNING
+        super().emit(record)
+
+
+def configure(
+    level: int = logging.WARNING,
+    secrets: list[str] | None = None,
+    *,
+    log_file: Path | None = None,
+    stderr_level: int | None = None,
+) -> None:
+    """Send Rewind's logs at ``level`` to stderr, scrubbing ``secrets`` and URL passwords.
+
+    With ``log_file``, every record at ``level`` goes to that file and only those at
+    ``stderr_level`` (default ``level``) to stderr as well: the CLI keeps warnings off the one
+    line a refused command prints (:func:`warnings_in_file` says how many went to the file).
+    """
     root = logging.getLogger("rewind")
     root.setLevel(level)
     for handler in list(root.handlers):
         if getattr(handler, "_rewind", False):
             root.removeHandler(handler)
-    handler = logging.StreamHandler()
-    handler._rewind = True  # type: ignore[attr-defined]
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(SecretFilter(secrets or []))
-    root.addHandler(handler)
+            handler.close()
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    handlers[0].setLevel(level if stderr_level is None else stderr_level)
+    if log_file is not None:
+        handlers.append(_LogFile(log_file))
+    for handler in handlers:
+        handler._rewind = True  # type: ignore[attr-defined]
+        handler.setFormatter(formatter)
+        handler.addFilter(SecretFilter(secrets or []))
+        root.addHandler(handler)
+
+
+def warnings_in_file() -> tuple[int, Path | None]:
+    """How many warnings the configured log file took so far, and its path (0, None: none)."""
+    for handler in logging.getLogger("rewind").handlers:
+        if isinstance(handler, _LogFile) and getattr(handler, "_rewind", False):
+            return handler.warnings, handler.path
+    return 0, None

@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from rewind.logs import warnings_in_file
 from rewind.secrets import mask
 
 Render = Callable[[Console, Any], None]
@@ -39,7 +40,13 @@ class Output(ABC):
         self.failure(message)
 
     def failure(self, message: str) -> None:
-        """One line on stderr after a result was printed (with --json that result is the one object)."""
+        """One line on stderr after a result was printed (with --json that result is the one object).
+
+        Warnings logged on the way went to the log file, not stderr (:mod:`rewind.logs`): the
+        line names it."""
+        warned, log_file = warnings_in_file()
+        if warned:
+            message += f" ({warned} warning{'s' if warned > 1 else ''} in {log_file})"
         self.errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 

@@ -40,12 +40,13 @@ class _Context:
 
 
 ctx = _Context()
+LOG_FILE = "rewind.log"  # under the state dir: Rewind's warnings, unless --debug
 
 
 @app.callback()
 def _main(
     config: Annotated[Path | None, typer.Option(help="Settings file (default ./rewind.yaml).")] = None,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks and client logs.")] = False,
+    debug: Annotated[bool, typer.Option(help="Show tracebacks, warnings and client logs on stderr.")] = False,
 ) -> None:
     """Rewind: safe, fast, repeatable backfills and replays of Kafka event streams."""
     ctx.config, ctx.debug = config, debug
@@ -53,8 +54,15 @@ def _main(
 
 def _settings() -> Settings:
     settings = load_settings(ctx.config)
-    logs.configure(logging.DEBUG if ctx.debug else logging.WARNING, settings.secret_values())
-    if not ctx.debug:
+    if ctx.debug:
+        logs.configure(logging.DEBUG, settings.secret_values())
+    else:  # warnings to the log file; stderr keeps errors and the command's own one line
+        logs.configure(
+            logging.WARNING,
+            settings.secret_values(),
+            log_file=settings.state_path / LOG_FILE,
+            stderr_level=logging.ERROR,
+        )
         logging.getLogger("rewind.librdkafka").setLevel(logging.CRITICAL)
     return settings
 
