@@ -67,7 +67,7 @@ def spec(topic: str, function: str, version: str, sink: dict[str, Any]) -> Any:
     )
 
 
-def read_topic(conf: dict[str, Any], topic: str) -> list[Any]:
+def read_topic(conf: dict[str, Any], topic: str, partitions: int = OUT_PARTITIONS) -> list[Any]:
     """Every committed record of ``topic``, each partition read to its end.
 
     The end is the consumer's end-of-partition event, not a quiet poll: a partition may be
@@ -85,7 +85,7 @@ def read_topic(conf: dict[str, Any], topic: str) -> list[Any]:
         }
     )
     out = []
-    left = set(range(OUT_PARTITIONS))
+    left = set(range(partitions))
     deadline = time.monotonic() + 60
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in left])
@@ -282,6 +282,16 @@ def test_a_missing_topic_is_refused_in_one_line_and_not_created(
         )
     time.sleep(0.5)  # a creation, had there been one, is visible by now on either broker
     assert missing not in cluster_metadata(conf).topics
+
+    small = f"stock-model-{uuid.uuid4().hex[:8]}"  # fewer partitions than the live producer's
+    create_topic(conf, small, 2)
+    with pytest.raises(CompensateRefused) as refused:
+        compensate_run(settings, iceberg_case.run_id, small, partitions=OUT_PARTITIONS)
+    assert str(refused.value) == (
+        f"--topic {small} has 2 partition(s), fewer than the {OUT_PARTITIONS} the live producer places "
+        "keys by (--partitions): add partitions to the topic or name the right count"
+    )
+    assert read_topic(conf, small, 2) == []
 
 
 CHILD = """

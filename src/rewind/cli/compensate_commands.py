@@ -26,12 +26,20 @@ def compensate(
         ),
     ] = "retract-and-correct",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show how many of each; write nothing.")] = False,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions",
+            help="The partition count the live producer places keys by (default: the topic's); "
+            "a topic with fewer is refused.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Write, exactly once, a retraction and a correction (or one correction) per differing key."""
     from rewind.job.compensate import compensate_run
 
-    data = compensate_run(_settings(), run_id, topic, shape, dry_run)  # type: ignore[arg-type]
+    data = compensate_run(_settings(), run_id, topic, shape, dry_run, partitions=partitions)  # type: ignore[arg-type]
 
     def render(console: Console, d: dict[str, Any]) -> None:
         each = ", ".join(f"{n:,} {op}" for op, n in d["counts"].items()) or "nothing"
