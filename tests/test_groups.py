@@ -25,6 +25,7 @@ from rewind.config import Settings
 from rewind.groups import (
     ResetInputError,
     ResetPlan,
+    TimeAfterNewestRecord,
     TimeBeforeLogStart,
     TopicNotConsumed,
     describe,
@@ -274,11 +275,61 @@ def test_datetime_reset_uses_the_checked_time_lookup(
 
     exact = plan_reset(broker_settings, group, topics=[t], to_datetime=stamp(1, 25))  # a record's own time
     assert [p.new for p in exact.partitions] == [26, 25]
-    after = plan_reset(broker_settings, group, topics=[t], to_datetime=stamp(1, N - 1) + 1)
-    assert [p.new for p in after.partitions] == [N, N]
+    # after the newest record of partition 0 only (an idle partition): it lands on its end
+    idle = plan_reset(broker_settings, group, topics=[t], to_datetime=stamp(0, N - 1) + 50)
+    assert [p.new for p in idle.partitions] == [N, N - 1]
 
     execute_reset(broker_settings, plan)
     assert committed(broker_conf, group, t) == expected
+
+
+def test_a_time_after_every_record_is_refused_naming_the_newest_record(
+    world: World, broker_settings: Settings, broker_conf: dict[str, Any], tmp_path: Path
+) -> None:
+    """A time after the newest record of every partition (a wrong year, a wrong zone) would
+    land the group on the log end: refused in one line naming the newest record's time and the
+    records it would skip, pointing at --to-latest; nothing changes. The same for a reconsume."""
+    from typer.testing import CliRunner
+
+    from rewind.cli import app
+    from rewind.reconsume.service import plan_reconsume
+
+    group, t = new_group(), world.topic
+    commit(broker_conf, group, {(t, 0): 40, (t, 1): 45})
+    later = stamp(1, N - 1) + 1
+    newest = "2026-01-01T00:00:59.100Z"  # stamp(1, N - 1), the newest record of the topic
+    with pytest.raises(TimeAfterNewestRecord) as refused:
+        plan_reset(broker_settings, group, topics=[t], to_datetime=later)
+    line = one_line(refused.value)
+    assert f"is after the newest record of 2 partitions ({newest}, {t}/1 offset {N - 1})" in line
+    assert "skip 35 records" in line and "--to-latest" in line
+    year_later = "2027-01-01T00:00:00Z"
+    with pytest.raises(TimeAfterNewestRecord, match=f"--to-datetime {year_later} is after"):
+        plan_reset(broker_settings, group, topics=[t], to_datetime=year_later)
+
+    env = {
+        "REWIND_BOOTSTRAP_SERVERS": broker_settings.bootstrap_servers,
+        "REWIND_STATE_DIR": str(broker_settings.state_path),
+        "COLUMNS": "300",
+    }
+    cli = CliRunner().invoke(
+        app, ["groups", "reset", group, "--topic", t, "--to-datetime", year_later, "--execute"], env=env
+    )
+    assert cli.exit_code == 1
+    lines = [x for x in cli.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: --to-datetime {year_later} is after"), cli.stderr
+    assert newest in lines[0] and "skip 35 records" in lines[0] and "--to-latest" in lines[0]
+    assert committed(broker_conf, group, t) == {0: 40, 1: 45}
+    assert list_resets(broker_settings, group) == []
+    latest = plan_reset(broker_settings, group, topics=[t], to_latest=True)  # the way to mean it
+    assert [p.new for p in latest.partitions] == [N, N] and latest.skipped == 35
+
+    with pytest.raises(TimeAfterNewestRecord) as reconsume:
+        plan_reconsume(
+            broker_settings, f"rc-{uuid.uuid4().hex[:6]}", group=group, topics=[t], from_datetime=year_later
+        )
+    line = one_line(reconsume.value)
+    assert line.startswith(f"--from-datetime {year_later} is after the newest record") and newest in line
 
 
 def test_a_time_before_the_log_start_is_refused_with_the_records_gone(

@@ -13,6 +13,7 @@ from rewind.groups.exceptions import (
     OffsetsMoved,
     ResetError,
     ResetInputError,
+    TimeAfterNewestRecord,
     TimeBeforeLogStart,
     TopicNotConsumed,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "ResetInputError",
     "ResetOutcome",
     "ResetPlan",
+    "TimeAfterNewestRecord",
     "TimeBeforeLogStart",
     "TopicNotConsumed",
     "UndoOutcome",

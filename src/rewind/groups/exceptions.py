@@ -55,6 +55,36 @@ class TimeBeforeLogStart(ResetError):
         )
 
 
+class TimeAfterNewestRecord(ResetError):
+    """A time reset after the newest record of every partition: it lands on the log end.
+
+    Almost always a wrong year or zone, so it is refused; ``newest`` maps each partition to
+    its newest record (offset, timestamp in ms). ``consequence`` says what the reset would do
+    and ``instead`` what to use to mean it.
+    """
+
+    def __init__(
+        self,
+        option: str,
+        when: str,
+        newest: Mapping[tuple[str, int], tuple[int, int]],
+        consequence: str,
+        instead: str,
+    ) -> None:
+        from datetime import UTC, datetime
+
+        self.newest = dict(newest)
+        (topic, partition), (offset, ts) = max(newest.items(), key=lambda item: (item[1][1], item[0]))
+        at = datetime.fromtimestamp(ts / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        others = len(newest) - 1
+        of = f"{others + 1} partitions" if others else "its partition"
+        super().__init__(
+            f"{option} {when} is after the newest record of {of} ({at}, {topic}/{partition} offset "
+            f"{offset:,}): {consequence}; a time after every record is usually a wrong year or time "
+            f"zone; {instead}"
+        )
+
+
 class OffsetsMoved(ResetError):
     """The group's committed offsets changed between the plan and its execution."""
 

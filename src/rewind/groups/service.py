@@ -23,6 +23,7 @@ from rewind.groups.exceptions import (
     LogStartMoved,
     OffsetsMoved,
     ResetInputError,
+    TimeAfterNewestRecord,
     TimeBeforeLogStart,
     TopicNotConsumed,
 )
@@ -240,6 +241,8 @@ def plan_reset(
                 f"{_name(tp)}: up to {end - start:,} records (offsets [{start}, {end})) are no longer "
                 f"in Kafka; the group starts at the log start {end} (--allow-gaps)"
             )
+    if mode == "to-datetime":
+        _refuse_after_newest(conf, rows, positions, str(args["datetime"]), timeout_s)
     if searched:
         notes.append(
             f"the broker's time index answered wrongly on {searched} of {len(rows)} partitions; "
@@ -253,6 +256,33 @@ def plan_reset(
         group_state=state.state,
         allow_gaps=allow_gaps,
         notes=tuple(notes),
+    )
+
+
+def _refuse_after_newest(
+    conf: Mapping[str, Any],
+    rows: list[PartitionReset],
+    positions: Mapping[TP, kg.PartitionPosition],
+    when: str,
+    timeout_s: float,
+) -> None:
+    """Refuse a time after the newest record of every partition that holds records: the reset
+    would land on the log end everywhere, which is what ``--to-latest`` says on purpose. A
+    partition that is only idle (the time after its newest record, others re-read) is normal."""
+    filled = [p for p in rows if p.high > p.low]
+    if not filled or any(p.new < p.high for p in filled):
+        return
+    newest = kg.newest_records(conf, [positions[(p.topic, p.partition)] for p in filled], timeout_s=timeout_s)
+    found = {tp: (r.offset, r.ts) for tp, r in newest.items() if r is not None}
+    if not found:
+        return
+    skipped = sum(p.high - p.low if p.skipped is None else p.skipped for p in filled)
+    raise TimeAfterNewestRecord(
+        "--to-datetime",
+        when,
+        found,
+        f"the reset would re-read nothing and skip {skipped:,} record{'' if skipped == 1 else 's'}",
+        "to skip every record on purpose, use --to-latest",
     )
 
 

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
     from confluent_kafka.admin import AdminClient
 
+    from rewind.kafka.probes import ProbeRecord
+
 logger = logging.getLogger(__name__)
 
 INACTIVE_STATES = frozenset({"Empty", "Dead"})
@@ -372,6 +374,26 @@ def log_bounds(
 ) -> dict[TP, PartitionPosition]:
     """Log start and true high watermark (from a fetch, not ListOffsets) of each partition."""
     return _resolve_positions(conf, partitions, BoundSpec(EARLIEST, option="earliest"), timeout_s)
+
+
+def newest_records(
+    conf: Mapping[str, Any], positions: Iterable[PartitionPosition], *, timeout_s: float = 10.0
+) -> dict[TP, ProbeRecord | None]:
+    """The newest record (offset, timestamp in ms) below each position's ``high``, read from the
+    log (None: the partition holds no record); what a time after every record is checked with."""
+    from rewind.kafka.probes import PROBE_SETTINGS, Prober, last_record_job
+
+    wanted = {(p.topic, p.partition): p for p in positions}
+    if not wanted:
+        return {}
+    consumer = clients.private_consumer(dict(conf), "newest", PROBE_SETTINGS)
+    try:
+        prober = Prober(consumer, timeout_s)
+        prober.highs = {tp: p.high for tp, p in wanted.items()}
+        found = prober.run((tp, last_record_job(p.low, p.high)) for tp, p in wanted.items())
+    finally:
+        consumer.close()
+    return dict(zip(wanted, found, strict=True))
 
 
 def offsets_at_time(

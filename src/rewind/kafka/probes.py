@@ -243,6 +243,22 @@ def time_job(
     return TimeAnswer(answer, "search", (note, *_order_notes(name, seen)))
 
 
+def last_record_job(low: int, high: int) -> Generator[ProbeRead, list[ProbeRecord], ProbeRecord | None]:
+    """The last record below ``high`` (None when ``[low, high)`` holds none), looking further
+    back over offsets that hold no record (transaction markers, aborted or compacted records)."""
+    back = 1
+    while low < high:
+        begin = max(low, high - back)
+        records = yield ProbeRead(begin, high - 1)
+        below = [r for r in records if r.offset < high]
+        if below:
+            return below[-1]
+        if begin == low:
+            return None
+        back *= 2
+    return None
+
+
 def _order_notes(name: str, seen: list[ProbeRecord]) -> tuple[str, ...]:
     """A note when the records read show timestamps going backwards along the partition."""
     by_offset = sorted({r.offset: r for r in seen}.values(), key=lambda r: r.offset)

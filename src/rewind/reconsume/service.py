@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.windows import TP
 from rewind.groups import plan_reset
-from rewind.groups.exceptions import TimeBeforeLogStart
+from rewind.groups.exceptions import TimeAfterNewestRecord, TimeBeforeLogStart
 from rewind.groups.plan import parse_when
 from rewind.kafka import groups as kg
 from rewind.kafka.exceptions import GroupNotFound
@@ -135,6 +135,14 @@ def plan_reconsume(
                 reset = plan_reset(settings, group, topics=topics, to_earliest=True, timeout_s=timeout_s)
         except TimeBeforeLogStart as exc:
             raise TimeBeforeLogStart(group, "--from-datetime", str(start["datetime"]), exc.missing) from None
+        except TimeAfterNewestRecord as exc:
+            raise TimeAfterNewestRecord(
+                "--from-datetime",
+                str(start["datetime"]),
+                exc.newest,
+                "the temporary side would start at the log end and reconsume nothing",
+                "give the time of the first record to reconsume",
+            ) from None
         partitions = tuple(
             PlannedPartition(p.topic, p.partition, p.current, p.new, p.low, p.high, p.method, p.missing,
                              p.notes)
