@@ -11,6 +11,11 @@ committed (each recorded in the same transaction as its rows):
 * that run reaches the cut line: every offset below it reached v2;
 * no two ranges overlap: no offset was applied twice by the shadow.
 
+A folded read model (``translate.fold``) cannot absorb an overlap: an event applied twice is
+added twice. Its cut line is where v2's contiguous ranges end on each partition (the tail
+stopped), and the group is moved there, back or forward: the service resumes on v2 exactly
+after the last event folded into it (``shadow.rewind_by`` must be 0).
+
 ``rewind shadow cut`` computes it with the live group inactive and the tail stopped, records
 it (and v1's row count and hash at that moment, against which the cutover's swap checks that
 v1 did not move since), and resets the group to the cut line.
@@ -66,6 +71,12 @@ def cut_line(settings: Settings, ctx: ShadowContext) -> dict[tuple[str, int], di
         when = int(datetime.now(UTC).timestamp() * 1000) - overlap_ms
         by_time = {tp: pos.offset for tp, pos in groups.offsets_at_time(conf, list(committed), when).items()}
     out = {}
+    if ctx.spec.translate.fold is not None:  # a fold adds an event twice: the cut is where v2 ends
+        covered = coverage(ctx.committed_units())
+        for tp, offset in sorted(committed.items()):
+            cov = covered.get(tp)
+            out[tp] = {"committed": offset, "cut": cov.end if cov else starts.get(tp, 0)}
+        return out
     for tp, offset in sorted(committed.items()):
         assert offset is not None
         cut = offset - config.overlap_offsets() if overlap_ms is None else min(offset, by_time[tp])
@@ -152,7 +163,8 @@ def cut_shadow(settings: Settings, name: str) -> dict[str, Any]:
             )
         sink: Any = ctx.sink
         proof["v1_base"] = sink.rebase_target(ctx.staging)
-        rewound = {tp: v["cut"] for tp, v in line.items() if v["cut"] < v["committed"]}
+        folded = ctx.spec.translate.fold is not None  # the group moves to v2's end, either way
+        rewound = {tp: v["cut"] for tp, v in line.items() if v["cut"] < v["committed"] or folded}
         groups.alter_offsets(conf, ctx.config.live_group, rewound)
         proof["group_reset"] = {f"{t}/{p}": o for (t, p), o in sorted(rewound.items())}
         ctx.store.move(name, ["tailing"], "cut", details={"cut_line": proof}, event=("cut-line", proof))
