@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import FileScanTask, Table, Transaction
 
-ROWS_PER_FILE = 50_000
+ROWS_PER_FILE = 25_000
 """Rows a file of v2 is written with (a touched file is read and written whole per commit)."""
 METRICS_FULL = "write.metadata.metrics.column."
 FILE_COLUMN = "_rewind_file"
@@ -99,8 +99,8 @@ class KeyedFiles:
     def homes(self, values: Sequence[Any]) -> dict[Any, set[int]]:
         """Step 2 per distinct value: the files that may hold it; for a value no range holds, the
         one file it goes to (the nearest range below it, else the first; :data:`NEW` if none)."""
-        if not self.tasks:
-            return {value: {NEW} for value in values}
+        if not self.tasks:  # every row goes to new files (:meth:`write` needs no home per value)
+            return {}
         unbounded = {i for i in range(len(self.tasks)) if self.lows[i] is None or self.highs[i] is None}
         ranged = sorted((self.lows[i], i) for i in range(len(self.tasks)) if i not in unbounded)
         lows = [lo for lo, _ in ranged]
@@ -165,8 +165,10 @@ class KeyedFiles:
         kept_files = kept.column(FILE_COLUMN).to_numpy()
         kept = kept.drop_columns([FILE_COLUMN])
         rows = rows.select(kept.schema.names).cast(kept.schema)
-        values = comparable(rows.column(self.key[0]))
-        home_of = np.array([min(homes[v]) for v in values], dtype=np.int64)
+        if self.tasks:
+            home_of = np.array([min(homes[v]) for v in comparable(rows.column(self.key[0]))], dtype=np.int64)
+        else:
+            home_of = np.full(rows.num_rows, NEW, dtype=np.int64)
         groups = sorted(set(touched) | set(home_of.tolist()))
         write_uuid, counter = uuid.uuid4(), itertools.count(0)
         with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:

@@ -211,7 +211,8 @@ class IcebergShadowSink(IcebergSink):
         )
         # 1. v2's files of these keys, read whole
         keyed = KeyedFiles.read(table, self.key)
-        homes = keyed.homes(list(dict.fromkeys(comparable(incoming.column(self.key[0])))))
+        values = comparable(incoming.column(self.key[0])) if keyed.tasks else []
+        homes = keyed.homes(list(dict.fromkeys(values)))
         touched = keyed.touched(homes)
         existing = keyed.read_rows(touched)
         # 2. the rows to write, and the keys whose rows in v2 they replace
