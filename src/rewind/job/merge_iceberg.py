@@ -15,10 +15,18 @@ what a merge adds to a plain append (``bench/merge_policy.py``), so it reads in 
    marks the merge.
 4. **Decide** those rows: their lineage (all their columns when ambiguous rows are routed,
    since the quarantine keeps them whole) is read from the files that hold them only, with the
-   live rows of their keys, and :func:`rewind.core.merge.decide` decides.
+   live rows of their keys, and :func:`rewind.core.merge.decide` decides. In the driver up to
+   ``spark_rows`` contested rows (run's and live's together); above, in Spark
+   (:mod:`rewind.spark.merge_stage`: tasks read the contested rows, group them by key and
+   decide; the driver collects only the indices of the rows to delete and of the routed rows).
 5. **Commit**: delete the run's rows that were not applied and the live rows of replaced keys
    by rewriting only the files that lose rows (:func:`rewind.sinks.iceberg.rewrite.rewrite`),
    and mark the snapshot (``rewind.merged=<run>``, the decision counts).
+
+What the driver holds (docs/merge-policies.md, "What the merge reads"): the key columns of the
+run's rows and of the live rows in files whose key bounds meet the run's, with a file index and
+a position each, always; below the threshold also the contested rows and the files that will
+most likely lose rows, whole; above it neither (the rewrite then reads each losing file alone).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
     from pyiceberg.table import FileScanTask, Table
+    from pyspark.sql import SparkSession
 
     from rewind.sinks.iceberg import IcebergSink, IcebergStaging
 
@@ -51,6 +60,9 @@ MERGED_PROPERTY = "rewind.merged"
 MERGE_COUNTS_PROPERTY = "rewind.merge-counts"
 ORDERING = [SOURCE_TIMESTAMP, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET]
 """The lineage the decisions order rows by (event ids are long unique strings: not read)."""
+SPARK_ROWS = 300_000
+"""Contested rows (the run's and live's) above which the decisions run in Spark: the default
+of the ``merge.spark_rows`` setting, from ``bench/merge_spark.py`` (bench/RESULTS.md)."""
 
 
 @dataclass
@@ -73,10 +85,14 @@ def merge_iceberg(
     key: list[str],
     policy: MergePolicy,
     route: Callable[[MergeResult], None] = lambda _: None,
+    spark: Callable[[], SparkSession] | None = None,
+    spark_rows: int = SPARK_ROWS,
 ) -> MergeResult:
     """Steps 1-5 of the module docstring. The result's ``counts`` cover every row of the run;
     its ``applied`` holds the applied rows among the contested only (the others stay in the
-    files the units wrote), ``routed`` the routed rows whole."""
+    files the units wrote), ``routed`` the routed rows whole. ``spark`` gives the session that
+    decides more than ``spark_rows`` contested rows (without it the driver decides them all);
+    decided there, ``applied`` and ``replaced`` are left empty (the decisions are in the files)."""
     import numpy as np
 
     table = sink.catalog.load_table(staging.table)
@@ -96,6 +112,10 @@ def merge_iceberg(
     hard_at = run_at[hard]
     theirs_at = live_at[np.isin(codes[live_at], codes[hard_at])]
     columns = None if policy.ambiguous == "route" else [*key, *ORDERING]
+    if spark is not None and len(hard_at) + len(theirs_at) > spark_rows:
+        return _merge_in_spark(
+            spark(), table, staging, run_id, tasks, found, (hard_at, theirs_at), key, policy, columns, route
+        )
     # files that will most likely lose rows (the run's holding a key twice, live's holding a
     # contested key) are read whole once, for the decisions and then for their rewrite
     whole = {int(i) for i in np.unique(np.concatenate([found.file[run_at[twice]], found.file[theirs_at]]))}
@@ -112,6 +132,63 @@ def merge_iceberg(
         live_codes, gone = key_codes(key_array(theirs, key), key_array(result.replaced, key))
         drop.append(theirs_at[np.isin(live_codes, gone)])
     _commit(table, staging, run_id, tasks, _keep_masks(found, np.concatenate(drop)), result.counts, read)
+    return result
+
+
+def _merge_in_spark(
+    spark: SparkSession,
+    table: Table,
+    staging: IcebergStaging,
+    run_id: str,
+    tasks: Sequence[FileScanTask],
+    found: _Keys,
+    contested: tuple[np.ndarray, np.ndarray],
+    key: list[str],
+    policy: MergePolicy,
+    columns: list[str] | None,
+    route: Callable[[MergeResult], None],
+) -> MergeResult:
+    """Steps 4 and 5 with the decisions in Spark (:func:`rewind.spark.merge_stage.decide_in_spark`):
+    the driver sends each file's contested positions, gets back the rows to delete and the
+    routed ones, reads the routed rows whole (the quarantine keeps them) and commits."""
+    import numpy as np
+
+    from rewind.core.arrow import schema_to_b64
+    from rewind.core.counts import MERGE_DECISIONS
+    from rewind.core.store import WarehouseStore
+    from rewind.spark.merge_stage import FileRows, MergeContext, decide_in_spark
+    from rewind.spark.session import default_parallelism
+
+    hard_at, theirs_at = contested
+    at = np.concatenate([hard_at, theirs_at])
+    mine = np.arange(len(at)) < len(hard_at)
+    files = []
+    for index in np.unique(found.file[at]):
+        here = found.file[at] == index
+        files.append(
+            FileRows(tasks[int(index)].file.file_path, found.position[at[here]], at[here], mine[here])
+        )
+    schema = table.schema() if columns is None else table.schema().select(*columns)
+    store = WarehouseStore.from_catalog_properties(table.io.properties)
+    ctx = MergeContext(tuple(key), policy, schema_to_b64(schema.as_arrow()), store)
+    decided = decide_in_spark(spark, files, ctx, default_parallelism(spark))
+    counts = dict.fromkeys(MERGE_DECISIONS, 0)
+    for name, n in decided.counts.items():
+        counts[name] += n
+    counts["applied"] += int(found.mine.sum()) - len(hard_at)
+    routed = _read_rows(table, tasks, found, decided.routed, None, set())[0] if len(decided.routed) else None
+    none = found.keys.slice(0, 0)
+    result = MergeResult(
+        none,
+        routed if routed is not None else table.schema().as_arrow().empty_table(),
+        none,
+        counts,
+        np.zeros(0, dtype=np.int64),
+        decided.routed,
+    )
+    route(result)
+    faults.point("before-merge-commit")
+    _commit(table, staging, run_id, tasks, _keep_masks(found, decided.drop), counts)
     return result
 
 
