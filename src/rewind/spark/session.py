@@ -89,6 +89,9 @@ def session(settings: Settings | None = None, app_name: str | None = None) -> Sp
             conf[key] = f"{conf[key]} {value}"  # keep Rewind's quiet logging, add the user's
         else:
             conf[key] = value
+    if settings.spark.remote:
+        # a Connect server's session takes runtime SQL settings only; the rest is the server's
+        conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.") or k in settings.spark.conf}
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
