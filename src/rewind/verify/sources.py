@@ -202,8 +202,9 @@ def read_postgres(
                     column_types={name: read for name, _, read, _ in columns},
                     true_values=["t"],
                     false_values=["f"],
+                    null_values=[""],  # COPY's NULL: not 'null', 'NaN', 'N/A' (text and numbers)
                     strings_can_be_null=True,
-                    quoted_strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,  # '' is an empty string
                 ),
             )
             for batch in reader:

@@ -19,7 +19,7 @@ from rewind.sinks.sql.backend import (
 )
 from rewind.sinks.sql.exceptions import SqlSinkError
 from rewind.sinks.sql.names import TableName, quote_ident
-from rewind.sinks.sql.types import SqlColumn, is_nested, pg_compatible, sqlite_compatible
+from rewind.sinks.sql.types import SqlColumn, is_nested, pg_compatible, sqlite_arrow_of, sqlite_compatible
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,6 +45,8 @@ def check_output(sink: SqlSink, schema: pa.Schema) -> None:
 
 
 def check_target(sink: SqlSink, tx: Tx, name: TableName, schema: pa.Schema) -> None:
+    import pyarrow as pa
+
     cols = {c.name: c for c in sink._backend.columns(tx, name)}
     lineage = [f.name for f in schema if f.name.startswith(LINEAGE_PREFIX) and f.name not in cols]
     if lineage:
@@ -64,6 +66,8 @@ def check_target(sink: SqlSink, tx: Tx, name: TableName, schema: pa.Schema) -> N
         if col.generated:
             raise SqlSinkError(f"output column {f.name} is a generated column of {name}; drop it")
         if not compatible(f.type, col.type):
+            if sink.is_sqlite and pa.types.is_temporal(f.type):
+                raise SqlSinkError(sqlite_temporal_refusal(name, f, col.type))
             raise SqlSinkError(
                 f"output column {f.name} is {f.type}, {name}.{f.name} is {col.type}; "
                 "cast it in the translate or alter the column"
@@ -86,6 +90,25 @@ def check_target(sink: SqlSink, tx: Tx, name: TableName, schema: pa.Schema) -> N
         raise SqlSinkError(
             f"{name} cannot be swapped by renames: {blockers[0]}; a swap would leave it on the old table"
         )
+
+
+def sqlite_temporal_refusal(name: TableName, f: pa.Field, declared: str) -> str:
+    """Why a timestamp, date or time cannot go to a SQLite column of type ``declared``: the sink
+    writes ISO-8601 text whatever the declaration, and only a column declared as a time type
+    reads back as one (``rewind verify`` windows and buckets by it, ``compensate`` compares it)."""
+    import pyarrow as pa
+
+    kind = "timestamp" if pa.types.is_timestamp(f.type) else "date" if pa.types.is_date(f.type) else "time"
+    want = {"timestamp": "TIMESTAMP", "date": "DATE or TIMESTAMP", "time": "TIME"}[kind]
+    back = sqlite_arrow_of(declared)
+    shown = (
+        "each value as it is stored" if back is None else "text" if pa.types.is_string(back) else str(back)
+    )
+    return (
+        f"output column {f.name} is a {kind} and {name}.{f.name} is declared {declared or 'without a type'}, "
+        f"which SQLite reads back as {shown}; declare it {want} (SQLite cannot alter a column's type: "
+        "recreate the table with it and copy the rows)"
+    )
 
 
 def check_same_shape(sink: SqlSink, tx: Tx, name: TableName, sname: TableName) -> None:

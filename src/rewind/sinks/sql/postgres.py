@@ -315,7 +315,7 @@ class PostgresBackend(Backend):
         cols = self.columns(tx, name)
         exprs, read_types, final_types = [], {}, []
         for c in cols:
-            t = arrow_of(c.type)
+            t = arrow_of(c.type, "postgres")
             final_types.append(pa.field(c.name, t))
             if pa.types.is_timestamp(t):
                 exprs.append(f"(extract(epoch FROM {quote_ident(c.name)}) * 1000000)::bigint")
@@ -342,8 +342,9 @@ class PostgresBackend(Backend):
                 column_types=read_types,
                 true_values=["t"],
                 false_values=["f"],
+                null_values=[""],  # COPY's NULL: not 'null', 'NaN', 'N/A' (text and numbers)
                 strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
+                quoted_strings_can_be_null=False,  # '' is an empty string
             ),
         )
         arrays = []

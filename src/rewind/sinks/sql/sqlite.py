@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import time
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from rewind.sinks.sql.backend import Backend, Mode, Tx, conflict_sql
@@ -133,23 +135,52 @@ class SqliteBackend(Backend):
         return rows
 
     def read_arrow(self, tx: Tx, name: TableName, join: str = "") -> pa.Table:
+        """All rows, each column as the Arrow type of its declared type in SQLite (``REAL`` is a
+        double: :func:`arrow_of`), or typed by its values where the declaration fixes none."""
         import pyarrow as pa
 
         cols = self.columns(tx, name)
-        fields = [pa.field(c.name, arrow_of(c.type)) for c in cols]
         tx.cur.execute(f"SELECT {', '.join(quote_ident(c.name) for c in cols)} FROM {name.sql}{join}")
         data: list[list[Any]] = [[] for _ in cols]
         for row in tx.cur.fetchall():
             for i, v in enumerate(row):
                 data[i].append(v)
-        arrays = []
-        for f, values in zip(fields, data, strict=True):
-            if pa.types.is_temporal(f.type) or pa.types.is_decimal(f.type):
-                arrays.append(
-                    from_text(pa.array([None if v is None else str(v) for v in values], pa.string()), f.type)
-                )
-            elif pa.types.is_boolean(f.type):
-                arrays.append(pa.array([None if v is None else bool(v) for v in values], pa.bool_()))
-            else:
-                arrays.append(pa.array(values, f.type))
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        arrays = [_column(values, arrow_of(c.type, "sqlite")) for c, values in zip(cols, data, strict=True)]
+        return pa.Table.from_arrays(arrays, names=[c.name for c in cols])
+
+
+def _column(values: list[Any], t: pa.DataType | None) -> pa.Array:
+    """SQLite's values of one column as ``t`` (None: as the values come, see :func:`_untyped`)."""
+    import pyarrow as pa
+
+    if t is None:
+        return _untyped(values)
+    if pa.types.is_decimal(t):  # NUMERIC affinity keeps number text as INTEGER or REAL
+        return pa.array(
+            [None if v is None else Decimal(repr(v) if isinstance(v, float) else str(v)) for v in values], t
+        )
+    if pa.types.is_time(t):
+        return pa.array([None if v is None else time.fromisoformat(str(v)) for v in values], t)
+    if pa.types.is_temporal(t):
+        return from_text(pa.array([None if v is None else str(v) for v in values], pa.string()), t)
+    if pa.types.is_boolean(t):
+        return pa.array([None if v is None else bool(v) for v in values], pa.bool_())
+    if pa.types.is_floating(t):  # a REAL column's integral values come as ints
+        return pa.array([None if v is None else float(v) for v in values], t)
+    return pa.array(values, t)
+
+
+def _untyped(values: list[Any]) -> pa.Array:
+    """A column whose declared type fixes none: integers as int64, numbers with a double among
+    them as float64 (NUMERIC affinity stores a whole double as an integer), all bytes as binary,
+    anything else as text."""
+    import pyarrow as pa
+
+    kinds = {type(v) for v in values if v is not None}
+    if kinds <= {int}:
+        return pa.array(values, pa.int64())
+    if kinds <= {int, float}:
+        return pa.array([None if v is None else float(v) for v in values], pa.float64())
+    if kinds == {bytes}:
+        return pa.array(values, pa.binary())
+    return pa.array([None if v is None else str(v) for v in values], pa.string())

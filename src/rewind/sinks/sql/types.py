@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from rewind.sinks.sql.exceptions import SqlSinkError
 
@@ -166,30 +166,72 @@ def sqlite_affinity(declared: str) -> str:
 
 
 def sqlite_compatible(t: pa.DataType, declared: str) -> bool:
+    """Can a SQLite column declared ``declared`` hold every value of Arrow type ``t`` and read it
+    back as such? SQLite stores any value in any column, but its affinity converts some (an
+    integer in a REAL column becomes a double; a number text in a NUMERIC column keeps 15
+    significant digits), and the declared type is all the read path knows: a timestamp, date or
+    time (written as ISO-8601 text) reads back as one only from a column declared as one."""
     import pyarrow as pa
 
+    if pa.types.is_temporal(t):
+        back = sqlite_arrow_of(declared)
+        if back is None:
+            return False
+        if pa.types.is_date(t):
+            return pa.types.is_date(back) or pa.types.is_timestamp(back)
+        return bool(
+            (pa.types.is_timestamp(t) and pa.types.is_timestamp(back))
+            or (pa.types.is_time(t) and pa.types.is_time(back))
+        )
     aff = sqlite_affinity(declared)
     if aff == "BLOB" and not declared:
         return True
     if pa.types.is_null(t):
         return True
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+    if pa.types.is_boolean(t):
         return aff in ("INTEGER", "NUMERIC", "REAL")
+    if pa.types.is_integer(t):
+        width = t.bit_width + (1 if pa.types.is_unsigned_integer(t) else 0)
+        return (aff in ("INTEGER", "NUMERIC") and width <= 64) or (aff == "REAL" and width <= 32)
     if pa.types.is_floating(t):
         return aff in ("REAL", "NUMERIC")
     if pa.types.is_decimal(t):
-        return aff in ("NUMERIC", "REAL", "TEXT")
+        return aff == "TEXT" or (aff in ("NUMERIC", "REAL") and t.precision <= SQLITE_DIGITS)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return aff in ("TEXT", "BLOB")
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return aff == "BLOB"
-    if pa.types.is_temporal(t):
-        return aff in ("TEXT", "NUMERIC")
     return False
 
 
-def arrow_of(sql_type: str) -> pa.DataType:
-    """The Arrow type a column reads back as (PostgreSQL or SQLite declared names)."""
+SQLITE_DIGITS = 15
+"""Significant digits SQLite keeps of a number text it converts to REAL (NUMERIC affinity)."""
+
+
+BackendKind = Literal["postgres", "sqlite"]
+"""The database a declared column type belongs to: the same name means different types in each
+(``REAL`` is a 32-bit float in PostgreSQL and a 64-bit double in SQLite)."""
+
+
+@overload
+def arrow_of(sql_type: str, backend: Literal["postgres"]) -> pa.DataType: ...
+@overload
+def arrow_of(sql_type: str, backend: Literal["sqlite"]) -> pa.DataType | None: ...
+@overload
+def arrow_of(sql_type: str, backend: BackendKind) -> pa.DataType | None: ...
+def arrow_of(sql_type: str, backend: BackendKind) -> pa.DataType | None:
+    """The Arrow type a column of ``backend`` reads back as, from its declared type.
+
+    PostgreSQL: the type ``format_type`` names (``real`` is float32). SQLite: the declared
+    type's affinity (https://sqlite.org/datatype3.html#affinity_name_examples) with the names
+    Rewind creates for what SQLite has no class for; None when the declaration fixes no type
+    (no type, ``NUMERIC`` without precision): such a column is read as its values come.
+    """
+    return sqlite_arrow_of(sql_type) if backend == "sqlite" else pg_arrow_of(sql_type)
+
+
+def pg_arrow_of(sql_type: str) -> pa.DataType:
+    """The Arrow type a PostgreSQL column (``format_type``'s name) reads back as."""
     import pyarrow as pa
 
     base = base_type(sql_type)
@@ -197,20 +239,14 @@ def arrow_of(sql_type: str) -> pa.DataType:
         "boolean": pa.bool_(),
         "smallint": pa.int16(),
         "integer": pa.int32(),
-        "int": pa.int32(),
         "bigint": pa.int64(),
         "real": pa.float32(),
         "double precision": pa.float64(),
-        "double": pa.float64(),
-        "float": pa.float64(),
         "bytea": pa.binary(),
-        "blob": pa.binary(),
         "date": pa.date32(),
         "timestamp with time zone": pa.timestamp("us", tz="UTC"),
-        "timestamptz": pa.timestamp("us", tz="UTC"),
         "timestamp without time zone": pa.timestamp("us"),
-        "timestamp": pa.timestamp("us", tz="UTC"),
-        "datetime": pa.timestamp("us", tz="UTC"),
+        "time without time zone": pa.time64("us"),
     }
     if base in simple:
         return simple[base]
@@ -219,6 +255,41 @@ def arrow_of(sql_type: str) -> pa.DataType:
         if mod is not None and 0 < mod[0] <= 38:
             return pa.decimal128(mod[0], mod[1])
     return pa.string()
+
+
+def sqlite_arrow_of(declared: str) -> pa.DataType | None:
+    """The Arrow type a SQLite column reads back as (see :func:`arrow_of`).
+
+    By affinity: ``INT`` anywhere is a 64-bit integer, ``CHAR``/``CLOB``/``TEXT`` text,
+    ``BLOB`` bytes, ``REAL``/``FLOA``/``DOUB`` a 64-bit double. Of the NUMERIC rest, the
+    names the sink creates (``BOOLEAN``, ``DATE``, ``TIMESTAMP``/``DATETIME``, ``TIME``,
+    ``NUMERIC(p,s)``) read as their type; any other is None.
+    """
+    import pyarrow as pa
+
+    affinity = sqlite_affinity(declared)
+    d = declared.upper()
+    if affinity == "INTEGER":
+        return pa.int64()
+    if affinity == "TEXT":
+        return pa.string()
+    if affinity == "REAL":
+        return pa.float64()
+    if affinity == "BLOB":
+        return pa.binary() if d else None
+    if "BOOL" in d:
+        return pa.bool_()
+    if "TIMESTAMP" in d or "DATETIME" in d:
+        return pa.timestamp("us", tz="UTC")
+    if "DATE" in d:
+        return pa.date32()
+    if "TIME" in d:
+        return pa.time64("us")
+    if base_type(declared) in ("numeric", "decimal"):
+        mod = type_modifiers(declared)
+        if mod is not None and 0 < mod[0] <= 38:
+            return pa.decimal128(mod[0], mod[1])
+    return None
 
 
 def from_text(text: pa.Array, t: pa.DataType) -> pa.Array:
