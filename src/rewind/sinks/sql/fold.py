@@ -5,9 +5,9 @@ partial rows with :meth:`~rewind.sinks.sql.sink.SqlSink.commit_folded`. Inside t
 transaction (its bookkeeping row locked, so no other committer runs), :func:`load_folded`:
 
 1. reads the partial rows of the files and checks staging's columns against them;
-2. reads staging's current rows of exactly those keys: the keys go to a temporary table and
-   staging is joined to it on the key (its unique index), so the read costs the batch's keys,
-   not the size of staging;
+2. reads staging's current rows of exactly those keys: the keys go to a temporary table, and
+   staging's rows whose key is ``IN`` it are read through staging's unique key index, so the
+   read costs the batch's keys, not the size of staging;
 3. folds the current rows and the partial rows together (the fold accepts its own rows: a
    current row is the fold of every earlier event of its key);
 4. writes the folded rows over their keys (``replace``: the fold decided), in the same
@@ -20,13 +20,12 @@ skipped: no key is folded twice and none is missed.
 
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rewind.core.parquet import write_parquet
+from rewind.core.store import remove_files_under
 from rewind.sinks.sql.checks import check_staging
-from rewind.sinks.sql.encoding import prepare_columns, read_batches, uri_path
+from rewind.sinks.sql.encoding import prepare_columns, read_batches
 from rewind.sinks.sql.names import TableName, quote_ident
 from rewind.sinks.sql.postgres import PostgresBackend
 
@@ -35,9 +34,22 @@ if TYPE_CHECKING:
 
     from rewind.sinks.base import RowFold
     from rewind.sinks.sql.backend import Tx
-    from rewind.sinks.sql.sink import SqlSink
+    from rewind.sinks.sql.sink import SqlSink, SqlStaging
 
 KEYS_TABLE = "rewind_fold_keys"
+
+
+def commit_folded(
+    sink: SqlSink,
+    staging: SqlStaging,
+    run_id: str,
+    unit_ids: list[str],
+    files: list[str],
+    fold: RowFold,
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``SqlSink.commit_folded``: its :meth:`~rewind.sinks.sql.sink.SqlSink.commit` with ``fold``."""
+    return sink.commit(staging, run_id, unit_ids, files, extra, fold=fold)
 
 
 def load_folded(
@@ -68,8 +80,7 @@ def load_folded(
             assert isinstance(pg, PostgresBackend)
             written = pg.copy_upsert(tx, sname, folded.schema.names, [path], sink.key, "replace", False)
     finally:
-        with contextlib.suppress(OSError):
-            Path(uri_path(path)).unlink()
+        remove_files_under(spool, [path])
     return written, "fold"
 
 
@@ -88,6 +99,8 @@ def read_current(sink: SqlSink, tx: Tx, sname: TableName, keys: pa.Table) -> pa.
         with tx.cur.copy(f"COPY {temp} ({names}) FROM STDIN") as copy:
             for row in values:
                 copy.write_row(row)
-    current = sink._backend.read_arrow(tx, sname, f" JOIN {temp} USING ({names})")
+        tx.cur.execute(f"ANALYZE {temp}")  # so the planner probes staging's key index per key
+    # IN (subquery): each key looked up in staging's unique index, never a scan of staging
+    current = sink._backend.read_arrow(tx, sname, f" WHERE ({names}) IN (SELECT {names} FROM {temp})")
     tx.cur.execute(f"DROP TABLE {temp}")
     return current

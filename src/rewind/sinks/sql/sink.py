@@ -88,6 +88,7 @@ from rewind.sinks.sql.backend import (
 from rewind.sinks.sql.checks import check_output, check_same_shape, check_staging, check_target
 from rewind.sinks.sql.encoding import uri_path
 from rewind.sinks.sql.exceptions import SqlSinkError, first_line
+from rewind.sinks.sql.fold import commit_folded
 from rewind.sinks.sql.load import unspool, write_files
 from rewind.sinks.sql.names import TableName, key_index_name, prev_name, run_tag, staging_name
 from rewind.sinks.sql.postgres import PostgresBackend
@@ -496,16 +497,7 @@ class SqlSink(StagingSink[SqlStaging]):
         log.info("committed %d rows of %d units into %s (%s) in %.2fs", rows, len(new), sname, path, seconds)
         return {"rows": rows, "path": path, "units": len(new), "seconds": round(seconds, 3)}
 
-    def commit_folded(
-        self,
-        staging: SqlStaging,
-        run_id: str,
-        unit_ids: list[str],
-        files: list[str],
-        fold: RowFold,
-        extra: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
-        return self.commit(staging, run_id, unit_ids, files, extra, fold=fold)
+    commit_folded = commit_folded  # :meth:`commit` with a fold (:mod:`rewind.sinks.sql.fold`)
 
     # -- publishing -----------------------------------------------------------------------
 
