@@ -94,7 +94,7 @@ def test_the_repair_window_straddles_the_seam() -> None:
     assert window.read_to - window.bug_to == domain.ORDER_LIFETIME
 
 
-def test_the_shadow_story_migrates_order_status_while_orders_keep_arriving(
+def test_the_shadow_story_migrates_order_totals_while_orders_keep_arriving(
     noida_broker: TestBroker, spark: object, tmp_path: Path
 ) -> None:
     """``rewind demo --story shadow`` at a reduced size on noida-db (a group joins in ~0.4 s
@@ -102,7 +102,7 @@ def test_the_shadow_story_migrates_order_status_while_orders_keep_arriving(
     outcome is checked again from the outside: the SQLite file and the ledger."""
     from rewind.config import load_settings
     from rewind.demo.scene import PARTITIONS
-    from rewind.demo.shadow_story import expected_status, read_status, run_shadow_story
+    from rewind.demo.shadow_story import expected_totals, read_totals, run_shadow_story
     from rewind.shadow.status import shadow_status
 
     settings = load_settings(
@@ -139,10 +139,10 @@ def test_the_shadow_story_migrates_order_status_while_orders_keep_arriving(
     assert s["live_events"] > 0 and s["verified_orders"] > 0
     assert shadow_status(settings, s["shadow"])["state"] == "cutover"
 
-    rows = {r[0]: tuple(r[1:]) for r in read_status(settings.state_dir / f"{prefix}-order-status.sqlite")}
-    history = expected_status(domain.generate(6_000, partitions=PARTITIONS, seed=5).valid)
+    rows = {r[0]: tuple(r[1:]) for r in read_totals(settings.state_dir / f"{prefix}-order-totals.sqlite")}
+    history = expected_totals(domain.generate(6_000, partitions=PARTITIONS, seed=5).valid)
     live = {k: v for k, v in rows.items() if k not in history}
-    assert {k: rows[k] for k in history} == history  # every history order, exactly its last event
+    assert {k: rows[k] for k in history} == history  # every history order: the fold of its events, once
     assert len(live) > 0 and len(rows) == s["orders"] == len(history) + len(live)
-    assert all(v[1] in ("open", "closed") for v in live.values())  # the new release writes stage
+    assert all(v[-1] is not None for v in live.values())  # the new release writes discount
     assert any(line.startswith("[bold]3. cutover --hard") for line in lines)

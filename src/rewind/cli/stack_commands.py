@@ -95,8 +95,8 @@ def demo(
     story: Annotated[
         str,
         typer.Option(
-            help="repair (a bounded repair of order_totals) or shadow (order_status migrated to a v2 "
-            "with a new field by `rewind shadow` while orders keep arriving)."
+            help="repair (a bounded repair of order_totals) or shadow (order_totals, a folded aggregate, "
+            "migrated to a v2 with a new field by `rewind shadow` while orders keep arriving)."
         ),
     ] = "repair",
 ) -> None:
@@ -145,7 +145,7 @@ def _render_shadow(console: Console, data: dict[str, Any]) -> None:
     for step in data["steps"]:
         console.print(f" {step['step']:<28} {step['seconds']:>7.1f} s")
     console.print(
-        f"[green]demo passed[/]: {s['orders']:,} orders in order_status equal a clean recomputation "
+        f"[green]demo passed[/]: {s['orders']:,} orders in order_totals equal a clean recomputation "
         f"({s['live_events']:,} live events arrived during the migration). `rewind shadow status "
         f"{s['shadow']}` tells the shadow again; `rewind dev down` stops the stack.",
         soft_wrap=True,

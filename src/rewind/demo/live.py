@@ -1,9 +1,10 @@
-"""The live side of the shadow story: new orders keep arriving, a service keeps ``order_status``.
+"""The live side of the shadow story: new orders keep arriving, a service keeps ``order_totals``.
 
 :class:`OrderProducer` writes new orders' events (the demo's generator, placed now) while the
-migration runs; :class:`StatusService` is the live projection: a consumer group that upserts
-each event's row into SQLite and commits after each batch. Both are threads the story starts
-and stops; an error in either is raised by ``stop()`` as :class:`DemoFailed`.
+migration runs; :class:`TotalsService` is the live read model: a consumer group that folds
+each batch of events into its orders' rows in SQLite and commits after each batch. Both are
+threads the story starts and stops; an error in either is raised by ``stop()`` as
+:class:`DemoFailed`.
 """
 
 from __future__ import annotations
@@ -70,38 +71,26 @@ class OrderProducer(threading.Thread):
         return self.produced
 
 
-class StatusService(threading.Thread):
-    """The live ``order_status`` projection: group ``group`` upserts into ``table`` of ``db``.
+class TotalsService(threading.Thread):
+    """The live ``order_totals`` service: group ``group`` folds each batch of events into
+    ``table`` of ``db`` (reads the rows of the batch's orders, folds the events in, upserts
+    them, commits the offsets after the transaction).
 
-    ``with_stage``: the service's new release, which also writes v2's ``stage`` column.
+    ``discount``: the service's new release, which also keeps v2's ``discount`` column.
     """
 
     def __init__(
-        self, conf: dict[str, Any], topic: str, group: str, db: Path, table: str, *, with_stage: bool
+        self, conf: dict[str, Any], topic: str, group: str, db: Path, table: str, *, discount: bool
     ) -> None:
-        super().__init__(daemon=True, name="demo-status-service")
+        super().__init__(daemon=True, name="demo-totals-service")
         self.conf, self.topic, self.group, self.db, self.table = conf, topic, group, db, table
-        self.with_stage = with_stage
+        self.discount = discount
         self.halt = threading.Event()
         self.error: BaseException | None = None
         self.applied = 0
 
-    def _upsert(self) -> str:
-        cols = ["order_id", "status", "last_event_time", *(["stage"] if self.with_stage else [])]
-        cols += [
-            "_rewind_event_id",
-            "_rewind_source_topic",
-            "_rewind_source_partition",
-            "_rewind_source_offset",
-            "_rewind_source_timestamp",
-        ]
-        names = ", ".join(f'"{c}"' for c in cols)
-        sets = ", ".join(f'"{c}" = excluded."{c}"' for c in cols[1:])
-        marks = ", ".join("?" for _ in cols)
-        return (
-            f'INSERT INTO "{self.table}" ({names}) VALUES ({marks}) '
-            f"ON CONFLICT (order_id) DO UPDATE SET {sets}"
-        )
+    def _columns(self) -> list[str]:
+        return [*domain.READ_MODEL_SCHEMA, *(["discount"] if self.discount else []), *_LINEAGE]
 
     def run(self) -> None:
         from confluent_kafka import Consumer
@@ -113,22 +102,25 @@ class StatusService(threading.Thread):
                     "group.id": self.group,
                     "enable.auto.commit": False,
                     "auto.offset.reset": "earliest",
-                    "client.id": "order-status-service",
+                    "client.id": "order-totals-service",
                 }
             )
             consumer.subscribe([self.topic])
             conn = sqlite3.connect(self.db, timeout=30, isolation_level=None)
-            sql = self._upsert()
+            cols = self._columns()
+            names = ", ".join(f'"{c}"' for c in cols)
+            sets = ", ".join(f'"{c}" = excluded."{c}"' for c in cols[1:])
+            upsert = (
+                f'INSERT INTO "{self.table}" ({names}) VALUES ({", ".join("?" for _ in cols)}) '
+                f"ON CONFLICT (order_id) DO UPDATE SET {sets}"
+            )
             try:
                 while not self.halt.is_set():
                     msgs = [m for m in consumer.consume(500, 0.2) if m.error() is None]
                     if not msgs:
                         continue
                     conn.execute("BEGIN IMMEDIATE")
-                    for m in msgs:
-                        row = self._row(m)
-                        if row is not None:
-                            conn.execute(sql, row)
+                    self._fold(conn, msgs, upsert)
                     conn.execute("COMMIT")
                     consumer.commit(asynchronous=False)
                     self.applied += len(msgs)
@@ -138,24 +130,75 @@ class StatusService(threading.Thread):
         except BaseException as exc:  # raised by stop()
             self.error = exc
 
-    def _row(self, m: Any) -> tuple[Any, ...] | None:
-        try:
-            data = json.loads(m.value())
-        except ValueError:
-            return None
-        row = domain.status_row(data) if isinstance(data, dict) else None
-        if row is None:
-            return None
-        values: list[Any] = [row["order_id"], row["status"], sqlite_time(row["at"])]
-        if self.with_stage:
-            values.append(row["stage"])
-        at = m.timestamp()[1]
-        values += [f"{m.topic()}/{m.partition()}/{m.offset()}", m.topic(), m.partition(), m.offset()]
-        values.append(sqlite_time(at))
-        return tuple(values)
+    def _fold(self, conn: sqlite3.Connection, msgs: list[Any], upsert: str) -> None:
+        events = []
+        for m in msgs:
+            try:
+                data = json.loads(m.value())
+            except ValueError:
+                continue
+            if isinstance(data, dict) and domain.valid_event(data):
+                events.append((m, data))
+        ids = sorted({data["order_id"] for _, data in events})
+        rows = self._read(conn, ids)
+        lineage: dict[str, tuple[Any, ...]] = {}
+        for m, data in events:
+            rows[data["order_id"]] = domain.fold_event(rows.get(data["order_id"]), data, self.discount)
+            at = sqlite_time(m.timestamp()[1])
+            where = (m.topic(), m.partition(), m.offset())
+            lineage[data["order_id"]] = ("{}/{}/{}".format(*where), *where, at)
+        for order_id, row in rows.items():
+            if order_id in lineage:
+                conn.execute(upsert, (*_values(row, self.discount), *lineage[order_id]))
+
+    def _read(self, conn: sqlite3.Connection, ids: list[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        cols = [*domain.READ_MODEL_SCHEMA, *(["discount"] if self.discount else [])]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            found = conn.execute(
+                f'SELECT {", ".join(cols)} FROM "{self.table}" WHERE order_id IN ({marks})', chunk
+            ).fetchall()
+            for values in found:
+                r = dict(zip(cols, values, strict=True))
+                out[r["order_id"]] = {
+                    "order_id": r["order_id"],
+                    "customer_id": r["customer_id"],
+                    "status": r["status"],
+                    "cents": round(r["total"] * 100),
+                    "item_count": r["item_count"],
+                    "placed_at": _ms(r["placed_at"]),
+                    "last_event_time": _ms(r["last_event_time"]),
+                    "discount_cents": round((r.get("discount") or 0) * 100),
+                }
+        return out
 
     def stop(self) -> None:
         self.halt.set()
         self.join(60)
         if self.error is not None:
-            raise DemoFailed(f"the demo's order_status service failed: {self.error}")
+            raise DemoFailed(f"the demo's order_totals service failed: {self.error}")
+
+
+_LINEAGE = [
+    "_rewind_event_id",
+    "_rewind_source_topic",
+    "_rewind_source_partition",
+    "_rewind_source_offset",
+    "_rewind_source_timestamp",
+]
+
+
+def _values(row: dict[str, Any], discount: bool) -> tuple[Any, ...]:
+    """A folded row in the table's columns (money back from cents, times as SQLite text)."""
+    times = [None if row[c] is None else sqlite_time(row[c]) for c in ("placed_at", "last_event_time")]
+    values = [row["order_id"], row["customer_id"], row["status"], row["cents"] / 100, row["item_count"]]
+    values += times
+    return (*values, *([row["discount_cents"] / 100] if discount else []))
+
+
+def _ms(text: str | None) -> int | None:
+    if text is None:
+        return None
+    return round(datetime.strptime(text, _SQLITE_TIME).replace(tzinfo=UTC).timestamp() * 1000)

@@ -289,49 +289,62 @@ def fold_order_totals(rows: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-# -- the shadow story: ``order_status`` and its v2 with a new field -------------------------
+# -- the shadow story: ``order_totals`` migrated to a v2 with a new field ----------------------
 
-ORDER_STATUS_V1 = {"order_id": "string", "status": "string", "last_event_time": "timestamp"}
-"""Columns of ``order_status`` as the live service writes it (one upsert per event)."""
-
-ORDER_STATUS_SCHEMA = {**ORDER_STATUS_V1, "stage": "string"}
-"""Its v2: the same and ``stage`` (``open`` until the order is shipped or cancelled, then ``closed``)."""
+ORDER_TOTALS_V2_SCHEMA = {**READ_MODEL_SCHEMA, "discount": "double"}
+"""v2 of ``order_totals``: the same and ``discount``, the discount the order got at payment."""
 
 EVENT_TYPES = ("placed", "line_added", "paid", "cancelled", "shipped")
 
 
-def stage_of(kind: str) -> str:
-    return "closed" if kind in ("shipped", "cancelled") else "open"
-
-
-def status_row(data: dict[str, Any]) -> dict[str, Any] | None:
-    """What the live service makes of one decoded event, or None when it skips it (as v2's
-    translate rejects it or the decoder quarantines it)."""
+def valid_event(data: dict[str, Any]) -> bool:
+    """Whether the job keeps an event (its decoder and translate reject the rest), so the live
+    service skips exactly those."""
     kind, order_id, qty = data.get("type"), data.get("order_id"), data.get("qty", 0)
     if kind not in EVENT_TYPES or not isinstance(order_id, str) or not isinstance(data.get("at"), int):
-        return None
-    if qty is not None and (not isinstance(qty, int) or (kind == "line_added" and qty < 0)):
-        return None
-    return {"order_id": order_id, "status": kind, "stage": stage_of(kind), "at": data["at"]}
+        return False
+    return qty is None or (isinstance(qty, int) and not (kind == "line_added" and qty < 0))
 
 
-def order_status_v2(events: pd.DataFrame) -> TranslateResult:
-    """Each event → its order's ``order_status`` row (upserted on ``order_id``: the last one wins).
+def fold_event(row: dict[str, Any] | None, data: dict[str, Any], discount: bool) -> dict[str, Any]:
+    """The live service's fold of one valid event into its order's row (None: a new order):
+    what :func:`order_totals_partials_v2` and :func:`fold_order_totals_v2` compute, one event at
+    a time, money in cents. ``discount``: the service's new release, which keeps v2's field."""
+    row = dict(row) if row is not None else {
+        "order_id": data["order_id"], "customer_id": None, "status": None, "cents": 0,
+        "item_count": 0, "placed_at": None, "last_event_time": None, "discount_cents": 0,
+    }
+    kind, at = data["type"], data["at"]
+    if kind == "placed":
+        row["customer_id"] = row["customer_id"] or data.get("customer_id")
+        row["placed_at"] = at if row["placed_at"] is None else min(row["placed_at"], at)
+    if kind == "line_added":
+        row["cents"] += round(data["qty"] * data["price"] * 100)
+        row["item_count"] += data["qty"]
+    else:
+        row["status"] = _STATUS[kind]
+    if kind == "paid":
+        off = round((data.get("discount") or 0) * 100)
+        row["cents"] -= off
+        row["discount_cents"] += off if discount else 0
+    row["last_event_time"] = at if row["last_event_time"] is None else max(row["last_event_time"], at)
+    return row
 
-    An event without an order id, of an unknown type or with a negative quantity is rejected.
-    """
-    kind = events["type"]
-    qty = events["qty"].fillna(0).astype("int64")
-    bad = ~kind.isin(list(EVENT_TYPES)) | events["order_id"].isna() | ((kind == "line_added") & (qty < 0))
-    rejects = pd.DataFrame({"_rewind_row": events.loc[bad, "_rewind_row"], "reason": "not an order event"})
-    ok = events[~bad]
-    rows = pd.DataFrame(
-        {
-            "_rewind_row": ok["_rewind_row"],
-            "order_id": ok["order_id"],
-            "status": ok["type"],
-            "last_event_time": pd.to_datetime(ok["at"].astype("int64"), unit="ms", utc=True),
-            "stage": ok["type"].map(stage_of),
-        }
-    )
-    return TranslateResult(rows=rows, rejects=rejects)
+
+def order_totals_partials_v2(events: pd.DataFrame) -> TranslateResult:
+    """v2's translate: :func:`order_deltas_v2` and each event's ``discount`` (paid events)."""
+    result = order_deltas_v2(events)
+    rows = result.rows
+    kept = events.set_index("_rewind_row").loc[rows["_rewind_row"]]
+    paid = (kept["type"] == "paid").to_numpy()
+    cents = (kept["discount"].fillna(0) * 100).round().to_numpy()
+    rows = rows.assign(discount=(cents * paid) / 100)
+    return TranslateResult(rows=rows, rejects=result.rejects)
+
+
+def fold_order_totals_v2(rows: pd.DataFrame) -> pd.DataFrame:
+    """v2's fold: :func:`fold_order_totals` and the discounts summed (it takes its own rows)."""
+    out = fold_order_totals(rows.drop(columns=["discount"]))
+    by = rows.groupby("order_id", sort=False)["discount"].sum()
+    out["discount"] = ((out["order_id"].map(by) * 100).round() / 100).to_numpy()
+    return out

@@ -1,20 +1,24 @@
-"""``rewind demo --story shadow``: migrate ``order_status`` to a v2 with a new field, live.
+"""``rewind demo --story shadow``: migrate ``order_totals`` to a v2 with a new field, live.
 
-The live service keeps ``order_status`` (SQLite) from the ``orders`` topic, one upsert per
-event; its next release adds ``stage`` (``open``/``closed``). Instead of a migration script,
-the demo rebuilds v2 from all history with ``rewind shadow`` while new orders keep arriving:
+The live service keeps ``order_totals`` (SQLite) from the ``orders`` topic: an aggregate, each
+order's row folded from all its events (total, item count, status...); its next release adds
+``discount`` (what the order got off at payment). Instead of a migration script, the demo
+rebuilds v2 from all history with ``rewind shadow`` and the job's own translate + fold
+(``translate.fold``) while new orders keep arriving:
 
 1. the scene as in the repair story (topic, archive below the seam), v1 built by the live
    service (a consumer group) from the whole topic, and a producer of new orders that runs
    until the end;
-2. ``shadow start``: the history (archive + log) into v2, then the live tail (a thread here);
+2. ``shadow start``: the history (archive + log) folded into v2, then the live tail (a thread
+   here), each micro-batch folded with v2's rows of its orders;
 3. caught up (lag under the threshold for ``caught_up_for_s``), ``shadow verify`` (twice) on
    settled keys (v2 against v1 on their common columns);
 4. the live service stops, the tail passes its offsets and stops, ``shadow cutover --hard``
-   proves the cut line and swaps v2 in; the new release of the service resumes from the cut
-   line on the swapped table;
-5. the producer stops; ``order_status`` must equal a clean recomputation of every event
-   (history and live), with ``stage`` on every row: no order missing, doubled or stale.
+   proves the cut line (where v2 ends: a fold absorbs no overlap) and swaps v2 in; the new
+   release of the service resumes from the cut line on the swapped table;
+5. the producer stops; ``order_totals`` must equal a clean recomputation of every event
+   (history and live), with ``discount`` on every row: no order missing, and no event counted
+   twice or missed.
 
 Every check raises :class:`DemoFailed` naming the step. Each play is a new shadow (its name
 ends with the time) on a fresh SQLite file; the ledger keeps them all.
@@ -33,21 +37,21 @@ from rich.markup import escape
 
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
-from rewind.demo.live import OrderProducer, StatusService, sqlite_time
+from rewind.demo.live import OrderProducer, TotalsService, sqlite_time
 from rewind.demo.story import DemoResult, Say, Window, expect
 
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.demo.scene import Scene
 
-TABLE = "order_status"
+TABLE = "order_totals"
 
 
 def shadow_spec(scene: Scene, name: str, db: Path, group: str, verifications: int = 2) -> dict[str, Any]:
     """The job spec of the migration, as a user would write it in YAML."""
     return {
         "name": name,
-        "description": "order_status v2 (with stage) rebuilt from all history, cut over while live",
+        "description": "order_totals v2 (with discount) folded from all history, cut over while live",
         "source": {
             "history": {
                 "topics": [scene.topic],
@@ -57,9 +61,10 @@ def shadow_spec(scene: Scene, name: str, db: Path, group: str, verifications: in
         },
         "decode": {"format": "json", "schema": domain.DECODE_SCHEMA},
         "translate": {
-            "function": "rewind.demo.orders:order_status_v2",
+            "function": "rewind.demo.orders:order_totals_partials_v2",
+            "fold": "rewind.demo.orders:fold_order_totals_v2",
             "version": "2",
-            "output_schema": domain.ORDER_STATUS_SCHEMA,
+            "output_schema": domain.ORDER_TOTALS_V2_SCHEMA,
         },
         "key": ["order_id"],
         "sink": {"postgres": {"table": TABLE, "url": f"sqlite:///{db}", "mode": "upsert"}},
@@ -71,24 +76,31 @@ def shadow_spec(scene: Scene, name: str, db: Path, group: str, verifications: in
             "trigger_s": 0.5,
             "settle_s": 20,
             "verify_passes": verifications,
-            "rewind_by": 10,
         },
     }
 
 
-def expected_status(events: Iterable[dict[str, Any]]) -> dict[str, tuple[str, str, str]]:
-    """A clean recomputation: each order's last valid event → (status, stage, last_event_time)."""
-    out: dict[str, tuple[str, str, str]] = {}
+def expected_totals(events: Iterable[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    """A clean recomputation: every valid event folded into its order, one at a time, in order."""
+    rows: dict[str, dict[str, Any]] = {}
     for data in events:
-        row = domain.status_row(data)
-        if row is not None:
-            out[row["order_id"]] = (row["status"], row["stage"], sqlite_time(row["at"]))
-    return out
+        if domain.valid_event(data):
+            rows[data["order_id"]] = domain.fold_event(rows.get(data["order_id"]), data, True)
+    return {k: _shown(v) for k, v in rows.items()}
 
 
-def read_status(db: Path) -> list[tuple[Any, ...]]:
+def _shown(row: dict[str, Any]) -> tuple[Any, ...]:
+    times = [None if row[c] is None else sqlite_time(row[c]) for c in ("placed_at", "last_event_time")]
+    money = (row["cents"] / 100, row["discount_cents"] / 100)
+    return (row["customer_id"], row["status"], money[0], row["item_count"], *times, money[1])
+
+
+COLUMNS = [*domain.ORDER_TOTALS_V2_SCHEMA]
+
+
+def read_totals(db: Path) -> list[tuple[Any, ...]]:
     with sqlite3.connect(db) as conn:
-        return conn.execute(f'SELECT order_id, status, stage, last_event_time FROM "{TABLE}"').fetchall()
+        return conn.execute(f'SELECT {", ".join(COLUMNS)} FROM "{TABLE}"').fetchall()
 
 
 def _wait(step: str, what: str, check: Callable[[], Any], timeout: float) -> Any:
@@ -107,13 +119,13 @@ def _wait(step: str, what: str, check: Callable[[], Any], timeout: float) -> Any
 
 
 def _create_v1(settings: Settings, spec: Any, db: Path) -> None:
-    """v1 as the live service keeps it: the job's columns but ``stage``, unique on the key."""
+    """v1 as the live service keeps it: the job's columns but ``discount``, unique on the key."""
     from rewind.job.plan import build_plan
     from rewind.sinks.sql.types import sqlite_type
 
     db.unlink(missing_ok=True)
     schema = build_plan(settings, spec).output_schema()
-    cols = ", ".join(f'"{f.name}" {sqlite_type(f.type)}' for f in schema if f.name != "stage")
+    cols = ", ".join(f'"{f.name}" {sqlite_type(f.type)}' for f in schema if f.name != "discount")
     with sqlite3.connect(db) as conn:
         conn.execute(f'CREATE TABLE "{TABLE}" ({cols})')
         conn.execute(f'CREATE UNIQUE INDEX "{TABLE}_key" ON "{TABLE}" (order_id)')
@@ -181,28 +193,28 @@ def run_shadow_story(
     )
     result.scene = scene
     conf = settings.kafka_config()
-    name = f"{prefix}-order-status-{int(time.time())}"
-    group = f"{prefix}-order-status-service"
-    db = settings.state_dir / f"{prefix}-order-status.sqlite"
+    name = f"{prefix}-order-totals-{int(time.time())}"
+    group = f"{prefix}-order-totals-service"
+    db = settings.state_dir / f"{prefix}-order-totals.sqlite"
     spec = parse_spec(shadow_spec(scene, name, db, group, verifications), "demo shadow spec")
     _create_v1(settings, spec, db)
-    v1 = StatusService(conf, scene.topic, group, db, TABLE, with_stage=False)
+    v1 = TotalsService(conf, scene.topic, group, db, TABLE, discount=False)
     v1.start()
     _wait("v1", "the live service reading the whole topic", lambda: v1.applied >= scene.events, 600)
     producer = OrderProducer(conf, scene.topic, PARTITIONS, orders_per_s, seed)
     producer.start()
     say(
-        f"[bold]1. live[/]: the order_status service (group {escape(group)}) keeps v1 in {escape(str(db))} "
-        f"({len(read_status_v1(db)):,} orders); new orders arrive at {orders_per_s:g}/s"
+        f"[bold]1. live[/]: the order_totals service (group {escape(group)}) folds every event into v1 "
+        f"in {escape(str(db))} ({len(read_v1(db)):,} orders); new orders arrive at {orders_per_s:g}/s"
     )
-    result.step("scene", t0, **scene.facts(), v1_orders=len(read_status_v1(db)))
+    result.step("scene", t0, **scene.facts(), v1_orders=len(read_v1(db)))
 
     tail = None
     try:
         t0 = time.monotonic()
         say(
             f"[bold]2. shadow start[/] {escape(name)}: "
-            "the history (archive + log) into v2, then the live tail"
+            "the history (archive + log) folded into v2, then the live tail (each batch folded into v2)"
         )
         # one start: the history, then the tail continues in the same call (a first start
         # stopped after the history would start and stop a streaming query for nothing)
@@ -251,7 +263,7 @@ def run_shadow_story(
         raise
     cut = done.get("swap", {})
     expect(done["state"] == "cutover", "cutover", f"the shadow is {done['state']}")
-    v2 = StatusService(conf, scene.topic, group, db, TABLE, with_stage=True)
+    v2 = TotalsService(conf, scene.topic, group, db, TABLE, discount=True)
     v2.start()
     say(
         f"[bold]3. cutover --hard[/]: cut line proven, v2 swapped in ({escape(str(cut))}); "
@@ -268,24 +280,24 @@ def run_shadow_story(
     )
     produced = producer.stop()
     history = domain.generate(events, partitions=PARTITIONS, seed=seed)
-    expected = expected_status([*history.valid, *produced])
+    expected = expected_totals([*history.valid, *produced])
     try:
-        _wait("final", "order_status equal to a clean recomputation", lambda: _equal(db, expected), 300)
+        _wait("final", "order_totals equal to a clean recomputation", lambda: _equal(db, expected), 300)
     except DemoFailed:
-        found = {r[0]: tuple(r[1:]) for r in read_status(db)}
+        found = {r[0]: tuple(r[1:]) for r in read_totals(db)}
         bad = [(k, found.get(k), v) for k, v in expected.items() if found.get(k) != v][:3]
         raise DemoFailed(
-            f"demo step 'final': order_status differs from a clean recomputation, e.g. {bad} "
+            f"demo step 'final': order_totals differs from a clean recomputation, e.g. {bad} "
             f"({len(found):,} rows, {len(expected):,} expected)"
         ) from None
     finally:
         v2.stop()
-    rows = read_status(db)
+    rows = read_totals(db)
     expect(len(rows) == len(expected), "final", f"{len(rows)} rows for {len(expected)} orders")
-    expect(all(r[2] in ("open", "closed") for r in rows), "final", "a row without stage")
+    expect(all(r[-1] is not None for r in rows), "final", "a row without discount")
     say(
-        f"[bold]4. done[/]: order_status has {len(rows):,} orders, each with stage, equal to a clean "
-        f"recomputation of {events:,} history events and {len(produced):,} live ones"
+        f"[bold]4. done[/]: order_totals has {len(rows):,} orders, each with discount, equal to a clean "
+        f"fold of {events:,} history events and {len(produced):,} live ones, none counted twice"
     )
     result.step("final", t0, orders=len(rows), live_events=len(produced))
     result.summary = {
@@ -299,7 +311,7 @@ def run_shadow_story(
     return result
 
 
-def read_status_v1(db: Path) -> list[tuple[Any, ...]]:
+def read_v1(db: Path) -> list[tuple[Any, ...]]:
     with sqlite3.connect(db) as conn:
         return conn.execute(f'SELECT order_id FROM "{TABLE}"').fetchall()
 
@@ -311,6 +323,6 @@ def _caught_up(settings: Settings, name: str) -> dict[str, Any] | None:
     return status if status["caught_up"] else None
 
 
-def _equal(db: Path, expected: dict[str, tuple[str, str, str]]) -> bool:
-    rows = read_status(db)
+def _equal(db: Path, expected: dict[str, tuple[Any, ...]]) -> bool:
+    rows = read_totals(db)
     return len(rows) == len(expected) and {r[0]: tuple(r[1:]) for r in rows} == expected
