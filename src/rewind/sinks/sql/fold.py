@@ -20,10 +20,11 @@ skipped: no key is folded twice and none is missed.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.parquet import write_parquet
-from rewind.core.store import remove_files_under
+from rewind.core.store import filesystem
 from rewind.sinks.sql.checks import check_staging
 from rewind.sinks.sql.encoding import prepare_columns, read_batches
 from rewind.sinks.sql.names import TableName, quote_ident
@@ -53,7 +54,7 @@ def commit_folded(
 
 
 def load_folded(
-    sink: SqlSink, tx: Tx, sname: TableName, columns: list[str], files: list[str], fold: RowFold, spool: str
+    sink: SqlSink, tx: Tx, sname: TableName, columns: list[str], files: list[str], fold: RowFold
 ) -> tuple[int, str]:
     """Steps 1-4 (module docstring) inside the commit's transaction; the rows written."""
     import pyarrow as pa
@@ -71,7 +72,7 @@ def load_folded(
     if not folded.num_rows:
         return 0, "fold"
     # 4. written over their keys
-    path = write_parquet(spool, folded, "fold")
+    path = write_parquet(files[0].rsplit("/", 1)[0], folded, "fold")  # beside the batch's files
     try:
         if sink.is_sqlite:
             written = sink._backend.upsert_rows(tx, sname, folded.schema.names, [path], sink.key, "replace")
@@ -80,7 +81,9 @@ def load_folded(
             assert isinstance(pg, PostgresBackend)
             written = pg.copy_upsert(tx, sname, folded.schema.names, [path], sink.key, "replace", False)
     finally:
-        remove_files_under(spool, [path])
+        fs, where = filesystem(path)
+        with contextlib.suppress(OSError):
+            fs.delete_file(where)
     return written, "fold"
 
 

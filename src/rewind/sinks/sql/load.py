@@ -49,8 +49,7 @@ def write_files(sink: SqlSink,
     # 3. staging's columns before anything is written
     columns = file_columns(sink, files)
     if fold is not None:  # 3. and 4. folded with staging's rows of the files' keys
-        spool = str(Path(uri_path(files[0])).parent) if files else ""
-        rows, path = load_folded(sink, tx, sname, columns, files, fold, spool)
+        rows, path = load_folded(sink, tx, sname, columns, files, fold)
     else:
         check_staging(sink, tx, sname, files_schema(files, columns))
         # 4. the rows
