@@ -13,7 +13,9 @@ larger target; 8 partitions):
       messages (a) wrote, read back into memory first (key, value, partition, headers); only the
       produce calls and the flush are timed.
 
-Prints messages/s of each, the ratio a/b and the driver's RSS; ``--json PATH`` writes them.
+Prints messages/s of each, the ratio a/b, the driver's RSS, the load average and where (a)'s
+seconds went (the result's ``seconds``: driver steps, and the tasks' steps summed over units);
+``--json PATH`` writes them.
 Usage: ``python bench/compensate.py [--keys N] [--unit-messages M]``; ``REWIND_BENCH_BOOTSTRAP``
 selects another broker than a fresh tansu.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import sys
 import tempfile
 import threading
@@ -215,6 +218,8 @@ def main() -> None:
         "driver_rss_before_mb": round(before),
         "driver_rss_peak_mb": round(peak[0]),
         "driver_rss_ratio": round(peak[0] / before, 3),
+        "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+        "seconds": out.get("seconds", {}),
     }
     for k, v in result.items():
         print(f"{k:>24}: {v}")

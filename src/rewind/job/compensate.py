@@ -40,7 +40,11 @@ read_committed consumer, who never sees part of a unit. Consumers skip records w
 
 from __future__ import annotations
 
+import logging
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from rewind.errors import RewindError
@@ -60,6 +64,26 @@ SHAPES: tuple[str, ...] = ("retract-and-correct", "correction")
 UNIT_MESSAGES = 200_000
 """Messages per unit (one transaction): a killed compensate redoes at most one unit per task."""
 PLANNED = "compensate-planned"
+log = logging.getLogger(__name__)
+
+
+class _Clock:
+    """Seconds per step of one compensate (the result's ``seconds``, logged at debug level): where
+    the time goes, driver steps and the tasks' own per-unit steps summed over the units."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - began)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + seconds, 3)
 
 
 class CompensateRefused(RewindError):
@@ -114,10 +138,12 @@ def compensate_run(
             )
         out: dict[str, Any] = {"run_id": run_id, "topic": topic, "shape": shape, "dry_run": dry_run}
         done: frozenset[str] = frozenset()
+        clock = _Clock()
         if not dry_run:  # 2.
-            if planned is not None:
-                _fence(conf, run_id, topic, [u["id"] for u in planned["units"]], final_transactional_id)
-            markers = read_markers(conf, topic, run_id)
+            with clock.step("markers"):
+                if planned is not None:
+                    _fence(conf, run_id, topic, [u["id"] for u in planned["units"]], final_transactional_id)
+                markers = read_markers(conf, topic, run_id)
             if markers.final is not None:
                 final = markers.final
                 counts = dict(final.get("counts") or {})
@@ -129,7 +155,9 @@ def compensate_run(
                     "already_done": True,
                 }
             done = frozenset(markers.units)
-        return _compensate(settings, ledger, spec, run.staging, out, count, planned, done, unit_messages)
+        return _compensate(
+            settings, ledger, spec, run.staging, out, count, planned, done, unit_messages, clock
+        )
 
 
 def _compensate(
@@ -142,6 +170,7 @@ def _compensate(
     planned: dict[str, Any] | None,
     done: frozenset[str],
     unit_messages: int,
+    clock: _Clock,
 ) -> dict[str, Any]:
     """Steps 3-6."""
     from rewind import faults
@@ -151,11 +180,14 @@ def _compensate(
 
     run_id, topic, shape = out["run_id"], out["topic"], out["shape"]
     key = list(spec.key or [])
-    spark = session(settings)
-    old, new = _sides(spark, settings, spec, staging)
+    with clock.step("session"):
+        spark = session(settings)
+    with clock.step("sides"):
+        old, new = _sides(spark, settings, spec, staging)
     df = placed(changes(old, new, key), key, partitions).persist()
     try:
-        buckets = bucket_counts(df)  # 3.
+        with clock.step("diff"):  # the sides read, joined, placed, cached and counted
+            buckets = bucket_counts(df)  # 3.
         keys = sum(b[2] for b in buckets)
         if shape == "correction":
             counts = {"correction": keys}
@@ -164,6 +196,7 @@ def _compensate(
         counts = {k: v for k, v in counts.items() if v}
         out.update(keys=keys, messages=sum(counts.values()), counts=counts)
         if out["dry_run"]:
+            out["seconds"] = clock.seconds
             return out
         units = planned["units"] if planned is not None else _cut(buckets, shape, unit_messages)  # 4.
         unit_of, sizes = _assign(buckets, units, shape)
@@ -184,7 +217,11 @@ def _compensate(
             )
         writer = UnitWriter(settings.kafka_config(), topic, run_id, shape, tuple(key))
         ids = [u["id"] for u in units]
-        results = run_units(df, unit_of, ids, writer, done, min(len(ids), _parallelism(spark)))  # 5.
+        with clock.step("units"):  # the shuffle by unit and the tasks' transactions
+            results = run_units(df, unit_of, ids, writer, done, min(len(ids), _parallelism(spark)))  # 5.
+        for r in results:
+            for name, seconds in r[4].items():
+                clock.add(f"task_{name}", seconds)
     finally:
         df.unpersist()
     faults.point("compensate-before-final-marker")
@@ -195,9 +232,12 @@ def _compensate(
         "messages": out["messages"],
         "units": len(units),
     }
-    write_final_marker(settings.kafka_config(), topic, run_id, body)  # 6.
+    with clock.step("final"):
+        write_final_marker(settings.kafka_config(), topic, run_id, body)  # 6.
     out.update(already_done=False, units=len(units), units_done_before=sum(1 for r in results if r[3]))
     ledger.audit(run_id, "compensated", {k: v for k, v in out.items() if k != "already_done"})
+    out["seconds"] = clock.seconds
+    log.debug("compensate %s to %s: seconds %s", run_id, topic, clock.seconds)
     return out
 
 

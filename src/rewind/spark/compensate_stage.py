@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,7 +41,10 @@ KEY_BYTES, PARTITION, BUCKET, UNIT = (
     "_rewind_c_bucket",
     "_rewind_c_unit",
 )
-RESULT_SCHEMA = "unit string, messages long, counts string, repeat boolean"
+RESULT_SCHEMA = "unit string, messages long, counts string, repeat boolean, seconds string"
+TASK_STEPS = ("wait", "open", "rows", "produce", "commit")
+"""What a task's seconds go to: waiting for the next batch (the shuffle read and sort upstream),
+opening units' transactions, turning batches into rows, producing, committing."""
 
 
 class CompensateStageError(RewindError):
@@ -141,29 +145,41 @@ class _Produce:
     done: frozenset[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-
+        clock = dict.fromkeys(TASK_STEPS, 0.0)
         current: int | None = None
         unit: Any = None
         try:
-            for batch in batches:
+            it = iter(batches)
+            while True:
+                t0 = time.perf_counter()
+                batch = next(it, None)
+                t1 = time.perf_counter()
+                clock["wait"] += t1 - t0
+                if batch is None:
+                    break
                 units = batch.column(UNIT).to_pylist()
                 rows = batch.select([*self.writer.key, "old", "new"]).to_pylist()
                 keys = batch.column(KEY_BYTES).to_pylist()
                 parts = batch.column(PARTITION).to_pylist()
+                clock["rows"] += time.perf_counter() - t1
                 start = 0
                 for i in range(len(units) + 1):
                     if i < len(units) and units[i] == current:
                         continue
                     if unit is not None and start < i:
+                        t0 = time.perf_counter()
                         unit.produce(rows[start:i], keys[start:i], parts[start:i])
+                        clock["produce"] += time.perf_counter() - t0
                     if i == len(units):
                         break
                     if unit is not None:
-                        yield self._finish(unit)
+                        yield self._finish(unit, clock)
                     current, start = units[i], i
+                    t0 = time.perf_counter()
                     unit = self._open(current)
+                    clock["open"] += time.perf_counter() - t0
             if unit is not None:
-                yield self._finish(unit)
+                yield self._finish(unit, clock)
                 unit = None
         except BaseException:
             if unit is not None:
@@ -179,21 +195,32 @@ class _Produce:
         opened: UnitTransaction = self.writer.open(unit_id, _first_attempt())
         return _Skipped(unit_id, opened.done) if opened.done is not None else opened
 
-    def _finish(self, unit: Any) -> pa.RecordBatch:
+    def _finish(self, unit: Any, clock: dict[str, float]) -> pa.RecordBatch:
+        """The unit's result row, with the task's seconds since the previous one (then reset)."""
         import pyarrow as pa
 
         if isinstance(unit, _Skipped):
             row = {"unit": unit.unit_id, "messages": 0, "counts": json.dumps(unit.counts), "repeat": True}
         else:
+            t0 = time.perf_counter()
             unit.commit()
+            clock["commit"] += time.perf_counter() - t0
             row = {
                 "unit": unit.unit_id,
                 "messages": unit.messages,
                 "counts": json.dumps(unit.counts),
                 "repeat": False,
             }
+        row["seconds"] = json.dumps(clock)
+        clock.update(dict.fromkeys(clock, 0.0))
         schema = pa.schema(
-            [("unit", pa.string()), ("messages", pa.int64()), ("counts", pa.string()), ("repeat", pa.bool_())]
+            [
+                ("unit", pa.string()),
+                ("messages", pa.int64()),
+                ("counts", pa.string()),
+                ("repeat", pa.bool_()),
+                ("seconds", pa.string()),
+            ]
         )
         return pa.RecordBatch.from_pylist([row], schema=schema)
 
@@ -228,8 +255,9 @@ def run_units(
     writer: UnitWriter,
     done: frozenset[str],
     tasks: int,
-) -> list[tuple[str, int, dict[str, int], bool]]:
-    """Step 4: (unit, messages, counts per op, written before) of every unit that has rows.
+) -> list[tuple[str, int, dict[str, int], bool, dict[str, float]]]:
+    """Step 4: (unit, messages, counts per op, written before, the task's seconds per step of
+    :data:`TASK_STEPS` since its previous unit) of every unit that has rows.
 
     ``unit_of`` maps (partition, bucket) to a unit's index in ``unit_ids``."""
     from pyspark.sql import functions as F
@@ -250,4 +278,6 @@ def run_units(
         if isinstance(exc, RewindError):
             raise
         raise CompensateStageError(f"a Spark task of the compensation failed: {task_error(exc)}") from exc
-    return [(r.unit, int(r.messages), json.loads(r.counts), bool(r.repeat)) for r in rows]
+    return [
+        (r.unit, int(r.messages), json.loads(r.counts), bool(r.repeat), json.loads(r.seconds)) for r in rows
+    ]
