@@ -8,7 +8,9 @@ a batch's commit, before Spark marked it done, so Spark replays that batch on re
 sink skips it. Finally v2 must equal a clean recomputation of the fold over every event (sum of
 amounts, count of events, last status, lineage of the last event) and the committed ranges must
 tile each partition from 0 to the log end. A fold that cannot take its own rows is refused at
-start in one line, nothing written. The Iceberg v2 is ``tests/test_shadow_fold_iceberg.py``.
+start in one line, nothing written, and a folded shadow with an overlap at its cut line
+(``shadow.rewind_by``) is refused by the spec. The Iceberg v2 is
+``tests/test_shadow_fold_iceberg.py``.
 """
 
 from __future__ import annotations
@@ -109,3 +111,12 @@ def _v2(settings: Any, name: str) -> tuple[str, str]:
         return record.run_id, ledger.get_run(record.run_id).staging["table"]
     finally:
         ledger.close()
+
+
+def test_a_folded_shadow_takes_no_overlap_at_its_cut_line(tmp_path: Path) -> None:
+    from rewind.spec import parse_spec
+
+    data = folded_spec(sf.spec_data("f", "orders", "lake.a", 0, tmp_path / "db", "orders", "live"))
+    assert parse_spec(data).translate.fold is not None  # a fold is no longer refused by a shadow
+    data["shadow"]["rewind_by"] = 5
+    refused(lambda: parse_spec(data), "shadow.rewind_by", "must be 0 with translate.fold")
