@@ -163,6 +163,7 @@ ENV_CASES = [
     ("REWIND_DEV_BROKER_PORT", "39092", lambda s: s.dev.broker_port, 39092),
     ("REWIND_METRICS_ADDRESS", "127.0.0.2", lambda s: s.metrics.address, "127.0.0.2"),
     ("REWIND_METRICS_PORT", "9464", lambda s: s.metrics.port, 9464),
+    ("REWIND_MERGE_SPARK_ROWS", "1000", lambda s: s.merge.spark_rows, 1000),
     (
         "REWIND_SPEC__SINK__POSTGRES__URL",
         "postgresql://svc:pw@db/app",

@@ -271,3 +271,51 @@ def _sql_rows(world: World, spec: Any, outcome: Any) -> list[dict[str, Any]]:
         return sink.read_arrow(sink.staging_from_dict(outcome.staging)).to_pylist()  # type: ignore[no-any-return]
     finally:
         sink.close()
+
+
+def test_iceberg_merge_decided_in_spark_leaves_what_the_driver_does(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``merge.spark_rows: 0``: the same run's contested rows decided in Spark (the stage is
+    called), with the same counts, branch and quarantine as the driver's decisions above."""
+    from rewind.catalog import load_catalog
+    from rewind.config import MergeSettings
+    from rewind.job.service import plan_job, run_job
+    from rewind.spark import merge_stage
+
+    calls = []
+    real = merge_stage.decide_in_spark
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(merge_stage, "decide_in_spark", counted)
+    settings = world.settings.model_copy(update={"merge": MergeSettings(spark_rows=0)})
+    table = f"shop.merged_{uuid.uuid4().hex[:6]}"
+    spec = world.spec(
+        {"iceberg": {"table": table}},
+        {
+            "on_collision": "latest-event-time",
+            "reject_stale_after": datetime.fromtimestamp((BASE_MS + 800) / 1000, UTC).isoformat(),
+            "ambiguous": "route",
+        },
+    )
+    schema = plan_job(settings, spec).output_schema()
+    catalog = load_catalog(settings)
+    catalog.create_namespace_if_not_exists("shop")
+    catalog.create_table(table, schema=schema).append(live_rows(schema, world.topic))
+
+    outcome = run_job(settings, spec, units_per_wave=8)
+
+    assert calls == [1]
+    assert outcome.merged == {
+        "applied": 3, "deduplicated": 1, "superseded": 1, "routed": 2, "rejected_stale": 1
+    }
+    rows = jf.staging_table(settings, outcome.staging).to_pylist()
+    assert amounts(rows) == {1: 2.0, 2: 3.0, 3: 30.0, 5: 50.0, 6: 6.0, 7: 70.0} and len(rows) == 6
+    q = jf.quarantine_rows(settings, outcome.quarantine_table, outcome.run_id)
+    assert [(r["stage"], r["reason"], r["partition"]) for r in q] == [
+        ("merge", "ambiguous", 0), ("merge", "ambiguous", 1)
+    ]
+    assert [b'"amount": 4.0' in q[0]["value"], b'"amount": 4.5' in q[1]["value"]] == [True, True]

@@ -24,6 +24,8 @@ File shape (every key optional)::
     metrics:                           # Prometheus metrics of `rewind run` / `resume`
       address: 127.0.0.1               # where /metrics binds (0.0.0.0: every interface)
       port: null                       # none: no metrics server (--metrics-port wins)
+    merge:                             # the merge step (merge policies)
+      spark_rows: null                 # contested rows above which Spark decides (null: the default)
     cost:                              # prices of the plan's cost model, each with its currency
       core_hour: 0.048 USD             # per core-hour (`0.048 USD/core-hour` also reads)
       gb_egress: 0.09 USD              # per GB (10^9 bytes) read from a remote broker
@@ -48,6 +50,7 @@ Environment variables (each overrides the file):
 ``REWIND_SPARK_CONF``                       JSON object merged into ``spark.conf``
 ``REWIND_DEV_BROKER_PORT``                  ``dev.broker_port``
 ``REWIND_METRICS_ADDRESS`` / ``_PORT``      ``metrics.address`` / ``metrics.port``
+``REWIND_MERGE_SPARK_ROWS``                 ``merge.spark_rows``
 ``REWIND_SPEC__<FIELD>``                    ``spec_secrets``: a spec field's whole value;
                                             ``__`` → ``.`` (``REWIND_SPEC__SINK__POSTGRES__URL``
                                             → ``sink.postgres.url``)
@@ -118,6 +121,14 @@ class MetricsSettings(_Model):
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
 
 
+class MergeSettings(_Model):
+    """The merge step of runs with a ``merge:`` policy (docs/merge-policies.md)."""
+
+    spark_rows: Annotated[int, Field(ge=0)] | None = None
+    """Contested rows (the run's and live's) above which the Iceberg merge decides in Spark
+    instead of the driver; None: the measured default (``rewind.job.merge_iceberg.SPARK_ROWS``)."""
+
+
 class CostSettings(_Model):
     """Prices of the cost model (:mod:`rewind.core.cost`); unset prices are left out of the total."""
 
@@ -156,6 +167,7 @@ class Settings(_Model):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     dev: DevSettings = Field(default_factory=DevSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    merge: MergeSettings = Field(default_factory=MergeSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
     spec_secrets: dict[str, str] = Field(default_factory=dict)
     """Values of masked spec fields by dotted field name (``sink.postgres.url``): see above."""
@@ -279,6 +291,7 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         "REWIND_DEV_BROKER_PORT": ("dev", "broker_port"),
         "REWIND_METRICS_ADDRESS": ("metrics", "address"),
         "REWIND_METRICS_PORT": ("metrics", "port"),
+        "REWIND_MERGE_SPARK_ROWS": ("merge", "spark_rows"),
     }
     for var, where in simple.items():
         if var in env:

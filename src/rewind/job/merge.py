@@ -40,7 +40,7 @@ from rewind.core.columns import (
 from rewind.core.counts import MERGE_DECISIONS, UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.merge import MergePolicy, MergeResult, decide
 from rewind.core.parquet import write_parquet
-from rewind.job.merge_iceberg import MERGE_COUNTS_PROPERTY, MERGED_PROPERTY, merge_iceberg
+from rewind.job.merge_iceberg import MERGE_COUNTS_PROPERTY, MERGED_PROPERTY, SPARK_ROWS, merge_iceberg
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -176,8 +176,18 @@ def merge_run(
     policy = policy_of(spec, plan.read_plan.get(CUT_LINE_KEY))
     if parts is None:
         assert isinstance(sink, IcebergSink) and isinstance(staging, IcebergStaging)
+        from rewind.spark import session
+
+        threshold = settings.merge.spark_rows
         result = merge_iceberg(
-            sink, staging, run_id, spec.key, policy, lambda r: _route(quarantine, run_id, r)
+            sink,
+            staging,
+            run_id,
+            spec.key,
+            policy,
+            lambda r: _route(quarantine, run_id, r),
+            spark=lambda: session(settings),
+            spark_rows=SPARK_ROWS if threshold is None else threshold,
         )
     else:
         rows = _scan(*parts)
