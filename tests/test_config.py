@@ -164,6 +164,7 @@ ENV_CASES = [
     ("REWIND_METRICS_ADDRESS", "127.0.0.2", lambda s: s.metrics.address, "127.0.0.2"),
     ("REWIND_METRICS_PORT", "9464", lambda s: s.metrics.port, 9464),
     ("REWIND_MERGE_SPARK_ROWS", "1000", lambda s: s.merge.spark_rows, 1000),
+    ("REWIND_REDRIVE_SPARK_RECORDS", "2000", lambda s: s.redrive.spark_records, 2000),
     (
         "REWIND_SPEC__SINK__POSTGRES__URL",
         "postgresql://svc:pw@db/app",

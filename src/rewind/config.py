@@ -26,6 +26,8 @@ File shape (every key optional)::
       port: null                       # none: no metrics server (--metrics-port wins)
     merge:                             # the merge step (merge policies)
       spark_rows: null                 # contested rows above which Spark decides (null: the default)
+    redrive:                           # rewind quarantine redrive
+      spark_records: null              # records above which Spark tasks process them (null: the default)
     cost:                              # prices of the plan's cost model, each with its currency
       core_hour: 0.048 USD             # per core-hour (`0.048 USD/core-hour` also reads)
       gb_egress: 0.09 USD              # per GB (10^9 bytes) read from a remote broker
@@ -51,6 +53,7 @@ Environment variables (each overrides the file):
 ``REWIND_DEV_BROKER_PORT``                  ``dev.broker_port``
 ``REWIND_METRICS_ADDRESS`` / ``_PORT``      ``metrics.address`` / ``metrics.port``
 ``REWIND_MERGE_SPARK_ROWS``                 ``merge.spark_rows``
+``REWIND_REDRIVE_SPARK_RECORDS``            ``redrive.spark_records``
 ``REWIND_SPEC__<FIELD>``                    ``spec_secrets``: a spec field's whole value;
                                             ``__`` → ``.`` (``REWIND_SPEC__SINK__POSTGRES__URL``
                                             → ``sink.postgres.url``)
@@ -129,6 +132,14 @@ class MergeSettings(_Model):
     instead of the driver; None: the measured default (``rewind.job.merge_iceberg.SPARK_ROWS``)."""
 
 
+class RedriveSettings(_Model):
+    """``rewind quarantine redrive`` (docs/quarantine-redrive.md)."""
+
+    spark_records: Annotated[int, Field(ge=0)] | None = None
+    """Records above which a re-drive processes them in Spark tasks instead of the driver;
+    None: the measured default (``rewind.job.redrive.SPARK_RECORDS``)."""
+
+
 class CostSettings(_Model):
     """Prices of the cost model (:mod:`rewind.core.cost`); unset prices are left out of the total."""
 
@@ -168,6 +179,7 @@ class Settings(_Model):
     dev: DevSettings = Field(default_factory=DevSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     merge: MergeSettings = Field(default_factory=MergeSettings)
+    redrive: RedriveSettings = Field(default_factory=RedriveSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
     spec_secrets: dict[str, str] = Field(default_factory=dict)
     """Values of masked spec fields by dotted field name (``sink.postgres.url``): see above."""
@@ -292,6 +304,7 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         "REWIND_METRICS_ADDRESS": ("metrics", "address"),
         "REWIND_METRICS_PORT": ("metrics", "port"),
         "REWIND_MERGE_SPARK_ROWS": ("merge", "spark_rows"),
+        "REWIND_REDRIVE_SPARK_RECORDS": ("redrive", "spark_records"),
     }
     for var, where in simple.items():
         if var in env:

@@ -13,11 +13,13 @@ the run's own staging, exactly once:
 3. each record is rebuilt from its quarantined bytes (they are the Kafka record's) and goes
    through the same :func:`rewind.translate.process.process_batch` as a run, with the spec's
    translate at version ``V`` (a new version gives new event ids); rows carry
-   ``_rewind_run_id = <run>/<re-drive id>``, which names the re-drive in their lineage;
+   ``_rewind_run_id = <run>/<re-drive id>``, which names the re-drive in their lineage. Up to
+   ``redrive.spark_records`` records the driver reads their bytes and processes them; above,
+   Spark tasks do (:mod:`rewind.spark.redrive_stage`) and the driver gets back files and counts;
 4. records that fail again are quarantined under the re-drive's unit with their new reason;
    then the rows are committed to staging with the re-drive's counts (one sink transaction);
 5. the ledger's audit gets a ``redrive`` entry with the counts (read, emitted, quarantined
-   again, filtered: the conservation law, checked before anything is written).
+   again, filtered: the conservation law, checked before anything is committed).
 """
 
 from __future__ import annotations
@@ -65,7 +67,16 @@ def _context(settings: Settings, run_id: str) -> tuple[Any, Any, Any, Any]:
     return run, spec, sink, sink.staging_from_dict(run.staging)
 
 
-def _quarantine_rows(settings: Settings, table: str, run_id: str) -> pa.Table:
+ENTRY = ("run_id", "unit_id", "topic", "partition", "offset", "timestamp", "stage", "reason", "at")
+"""A quarantine entry's columns but its key and value bytes: what choosing the records needs."""
+SPARK_RECORDS = 200_000
+"""Records above which a re-drive processes them in Spark: the default of the
+``redrive.spark_records`` setting, from ``bench/redrive_spark.py`` (bench/RESULTS.md)."""
+
+
+def _quarantine_rows(
+    settings: Settings, table: str, run_id: str, columns: tuple[str, ...] = ("*",)
+) -> pa.Table:
     import pyiceberg.expressions as e
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -76,9 +87,13 @@ def _quarantine_rows(settings: Settings, table: str, run_id: str) -> pa.Table:
     except NoSuchTableError:
         from rewind.translate.quarantine import QUARANTINE_SCHEMA
 
-        return QUARANTINE_SCHEMA.empty_table()
+        return (
+            QUARANTINE_SCHEMA.empty_table()
+            if columns == ("*",)
+            else QUARANTINE_SCHEMA.empty_table().select(columns)
+        )
     eq: Any = e.EqualTo  # pyiceberg's pydantic signatures hide the positional form from mypy
-    return q.scan(row_filter=eq("run_id", run_id)).to_arrow()
+    return q.scan(row_filter=eq("run_id", run_id), selected_fields=columns).to_arrow()
 
 
 def list_quarantine(settings: Settings, run_id: str, reason: str | None = None) -> dict[str, Any]:
@@ -88,7 +103,7 @@ def list_quarantine(settings: Settings, run_id: str, reason: str | None = None) 
         resolved = _resolved(sink.committed_counts(staging, run_id))
     finally:
         sink.close()
-    latest = _latest(_quarantine_rows(settings, spec.quarantine.table, run_id), reason, resolved)
+    latest = _latest(_quarantine_rows(settings, spec.quarantine.table, run_id, ENTRY), reason, resolved)
     by_reason: dict[str, int] = {}
     for r in latest:
         label = f"{r['stage']}: {r['reason']}"
@@ -170,7 +185,7 @@ def redrive(
         done_units = set(committed)
         version = spec.translate.version
         tried = f"{REDRIVE_PREFIX}{version}-"  # records this version failed on already stay
-        quarantined = _quarantine_rows(settings, spec.quarantine.table, run_id)
+        quarantined = _quarantine_rows(settings, spec.quarantine.table, run_id, ENTRY)
         entries = _latest(quarantined, reason, _resolved(committed))
         # failed again under this version in a re-drive the sink holds: not again (a crash
         # between its quarantine and sink commits leaves them candidates, and the same id)
@@ -185,47 +200,54 @@ def redrive(
         if not latest:
             none = dict.fromkeys(("records_read", "emitted", "quarantined", "filtered", "rows_out"), 0)
             return {**out, "already_done": False, **none, "note": "no quarantined record to re-drive"}
-        batch = pa.table(
-            {
-                "key": pa.array([r["key"] for r in latest], pa.binary()),
-                "value": pa.array([r["value"] for r in latest], pa.binary()),
-                "topic": pa.array([r["topic"] for r in latest], pa.string()),
-                "partition": pa.array([r["partition"] for r in latest], pa.int32()),
-                "offset": pa.array([r["offset"] for r in latest], pa.int64()),
-                "timestamp": pa.array([r["timestamp"] for r in latest], pa.timestamp("us", tz="UTC")),
-                "timestampType": pa.array([0] * len(latest), pa.int32()),
-            }
-        )
-        ctx = ProcessContext(
-            f"{run_id}/{unit_id}", unit_id, transform_name(spec.translate), version, datetime.now(UTC)
-        )
         from rewind.core.arrow import schema_from_b64
         from rewind.job.service import load_plan
+        from rewind.spark.redrive_stage import RedriveContext, kafka_batch
 
         with open_ledger(settings) as ledger:
-            schema = schema_from_b64(load_plan(ledger, run.plan_id).output_schema_b64)
-        user_schema = pa.schema([f for f in schema if not f.name.startswith("_rewind_")])
-        result = process_batch(
-            batch,
-            make_decoder(spec.decode),
-            make_translator(spec.translate),
-            spec.key,
-            ctx,
-            output_schema=user_schema,
-            **lineage_options(spec),
-        )
-        result.counts.check(unit_id, "re-drive")
-        # the quarantine rows of a re-drive name the run (so `list` and later re-drives see them)
-        named = pa.array([run_id] * result.quarantine.num_rows, pa.string())
-        quarantine = result.quarantine.set_column(0, result.quarantine.schema.field(0), named)
+            schema_b64 = load_plan(ledger, run.plan_id).output_schema_b64
+        schema = schema_from_b64(schema_b64)
         qsink, qstaging = _quarantine(settings, spec.quarantine.table, run_id)
-        if quarantine.num_rows and unit_id not in qsink.committed_units(qstaging, run_id):
-            qfile = write_parquet(qsink.data_folder(qstaging), quarantine, unit_id)
-            qsink.commit(qstaging, run_id, [unit_id], [qfile])
+        tctx = RedriveContext(
+            run_id, unit_id, spec.model_dump_json(), schema_b64, sink.data_folder(staging),
+            qsink.data_folder(qstaging), datetime.now(UTC),
+        )  # fmt: skip
+        threshold = settings.redrive.spark_records
+        if len(latest) > (SPARK_RECORDS if threshold is None else threshold):
+            files, qfiles, found = _in_spark(settings, spec.quarantine.table, tctx, latest)
+        else:
+            batch = kafka_batch(_with_bytes(settings, spec.quarantine.table, run_id, latest))
+            ctx = ProcessContext(
+                f"{run_id}/{unit_id}", unit_id, transform_name(spec.translate), version, tctx.extracted_at
+            )
+            user_schema = pa.schema([f for f in schema if not f.name.startswith("_rewind_")])
+            result = process_batch(
+                batch,
+                make_decoder(spec.decode),
+                make_translator(spec.translate),
+                spec.key,
+                ctx,
+                output_schema=user_schema,
+                **lineage_options(spec),
+            )
+            found = result.counts
+            # the quarantine rows of a re-drive name the run (so `list` and later re-drives see them)
+            named = pa.array([run_id] * result.quarantine.num_rows, pa.string())
+            quarantine = result.quarantine.set_column(0, result.quarantine.schema.field(0), named)
+            qfiles = (
+                [write_parquet(tctx.quarantine_folder, quarantine, unit_id)] if quarantine.num_rows else []
+            )
+            rows = result.rows.select(schema.names).cast(schema)
+            files = [write_parquet(tctx.data_folder, rows, unit_id)] if rows.num_rows else []
+        found.check(unit_id, "re-drive")
+        if found.records_read != len(latest):
+            raise RedriveError(
+                f"re-drive {unit_id} read {found.records_read} records of {len(latest)} chosen"
+            )
+        if qfiles and unit_id not in qsink.committed_units(qstaging, run_id):
+            qsink.commit(qstaging, run_id, [unit_id], qfiles)
         faults.point("after-redrive-quarantine-commit")
-        rows = result.rows.select(schema.names).cast(schema)
-        files = [write_parquet(sink.data_folder(staging), rows, unit_id)] if rows.num_rows else []
-        counts = result.counts.to_dict()
+        counts = found.to_dict()
         redriven = [[r["topic"], r["partition"], r["offset"]] for r in latest]
         extra = {UNIT_COUNTS_KEY: json.dumps({unit_id: {**counts, "redriven": redriven}})}
         sink.commit(staging, run_id, [unit_id], files, extra=extra)
@@ -238,8 +260,54 @@ def redrive(
         sink.close()
 
 
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["topic"], r["partition"], r["offset"], r["unit_id"], r["at"])
+
+
+def _with_bytes(settings: Settings, table: str, run_id: str, latest: list[dict[str, Any]]) -> pa.Table:
+    """The chosen entries with their key and value bytes, in their order (driver path)."""
+    import pyarrow as pa
+
+    rows = _quarantine_rows(settings, table, run_id)
+    where = {
+        _key(r): i
+        for i, r in enumerate(rows.select(["topic", "partition", "offset", "unit_id", "at"]).to_pylist())
+    }
+    return rows.take(pa.array([where[_key(r)] for r in latest], pa.int64()))
+
+
+def _in_spark(
+    settings: Settings, table: str, ctx: Any, latest: list[dict[str, Any]]
+) -> tuple[list[str], list[str], Any]:
+    """Step 3 in Spark tasks: the chosen entries' bytes read by Spark from the quarantine's
+    files (the run's rows joined with the chosen entries), processed and written in the tasks."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from rewind.catalog import load_catalog
+    from rewind.sinks.iceberg.read import read_iceberg
+    from rewind.spark import session
+    from rewind.spark.redrive_stage import run_redrive
+    from rewind.spark.session import default_parallelism
+
+    spark = session(settings)
+    names = ["topic", "partition", "offset", "unit_id", "at"]
+    chosen = pa.table(
+        {
+            "topic": pa.array([r["topic"] for r in latest], pa.string()),
+            "partition": pa.array([r["partition"] for r in latest], pa.int32()),
+            "offset": pa.array([r["offset"] for r in latest], pa.int64()),
+            "unit_id": pa.array([r["unit_id"] for r in latest], pa.string()),
+            "at": pa.array([r["at"] for r in latest], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    rows = read_iceberg(spark, load_catalog(settings).load_table(table)).where(F.col("run_id") == ctx.run_id)
+    entries = rows.join(spark.createDataFrame(chosen), on=names, how="inner")
+    tasks = max(default_parallelism(spark), -(-len(latest) // 100_000))
+    return run_redrive(entries, ctx, tasks)
+
+
 def _recorded(sink: Any, staging: Any, run_id: str, unit_id: str) -> dict[str, Any]:
     counts: dict[str, Any] = dict(sink.committed_counts(staging, run_id).get(unit_id) or {})
     counts.pop("redriven", None)
     return counts
-
