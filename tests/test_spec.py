@@ -376,7 +376,7 @@ def test_unknown_field_message_is_exact() -> None:
     error = error_of(data)
     assert str(error) == (
         "spec.yaml: translate.fucntion: unknown field; "
-        "allowed: function, sql, version, name, output_schema, fold"
+        "allowed: function, sql, version, name, output_schema, fold, transition"
     )
     assert error.field == "translate.fucntion"
 

@@ -202,16 +202,22 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
     else:
         gates.append(Gate("max-records", True, f"{offsets} offsets"))
 
-    translator, translator_gate = _load_translator(spec, settings)
-    gates.append(translator_gate)
-    if table_plan is not None:
-        sample, sample_gate_facts = table_plan.sample, table_plan.facts
+    if table_plan is not None and spec.translate.transition is not None:
+        # a reconstruction: the transition's gates and its events' schema, from its own sample
+        schema, more = table_plan.output or (None, [])
+        gates.extend(Gate(*g) for g in more)
+        sample_gate_facts = table_plan.facts  # no output: the table plan stopped at a failed gate
     else:
-        sample, sample_gate_facts = _sample(conf, units, spec, translator)
-    if not sample_gate_facts.get("sample_records") and spec.source.history is not None:
-        sample, sample_gate_facts = _sample_archive(settings, units, read_plan_data)
-    schema, schema_gate = _output_schema(spec, translator, sample)
-    gates.append(schema_gate)
+        translator, translator_gate = _load_translator(spec, settings)
+        gates.append(translator_gate)
+        if table_plan is not None:
+            sample, sample_gate_facts = table_plan.sample, table_plan.facts
+        else:
+            sample, sample_gate_facts = _sample(conf, units, spec, translator)
+        if not sample_gate_facts.get("sample_records") and spec.source.history is not None:
+            sample, sample_gate_facts = _sample_archive(settings, units, read_plan_data)
+        schema, schema_gate = _output_schema(spec, translator, sample)
+        gates.append(schema_gate)
     if schema is not None:
         columns = set(schema.names)
         absent = [k for k in spec.key if k not in columns]

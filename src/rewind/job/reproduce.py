@@ -178,7 +178,14 @@ def run_table_wave(
         t_spark = time.monotonic()
         limit = RateLimit(ctx.max_records_per_second) if ctx.max_records_per_second else None
         with live.wave(base, wave), pace_server_for(spark, limit) as pace:
-            outputs = run_stage(spark, dataclasses.replace(ctx, pace=pace), writer)
+            paced = dataclasses.replace(ctx, pace=pace)
+            if table.reconstruct is not None:  # states in, events out: the same wave, another unit body
+                from rewind.tables.reconstruct_stage import ReconstructPlanFacts, run_reconstruct_wave
+
+                facts_r = ReconstructPlanFacts(tuple(facts.get("snapshots") or ()))
+                outputs = run_reconstruct_wave(spark, paced, writer, facts_r)
+            else:
+                outputs = run_stage(spark, paced, writer)
         t_commit = time.monotonic()
     except Exception as exc:
         try:

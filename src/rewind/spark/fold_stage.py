@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rewind.core.arrow import schema_from_b64
 from rewind.core.columns import (
     LINEAGE_COLUMNS,
+    OPTIONAL_LINEAGE,
     RUN_ID,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
@@ -82,16 +83,17 @@ class FoldCounts:
 
 
 def fold_frame(rows: pd.DataFrame, key: list[str], fold: Any) -> pd.DataFrame:
-    """One row per key: the user's fold over the sorted rows, with the last row's lineage
-    (without a fold, the rows unchanged). Pure pandas (no Spark): the contract checks are
-    testable on their own.
+    """One row per key: the user's fold over the sorted rows, with the last row's lineage (its
+    source system and effective time too, when the spec's ``lineage:`` asks; without a fold,
+    the rows unchanged). Pure pandas (no Spark): the contract checks are testable on their own.
     """
     import pandas as pd
 
     if fold is None:  # only the window is kept: rows pass as they are
         return rows
     rows = rows.sort_values([*key, *_ORDER], kind="stable", na_position="first").reset_index(drop=True)
-    user = [c for c in rows.columns if c not in LINEAGE_COLUMNS]
+    carried = [*LINEAGE_COLUMNS, *(c for c in OPTIONAL_LINEAGE if c in rows.columns)]
+    user = [c for c in rows.columns if c not in carried]
     out = fold(rows[user].copy())
     if not isinstance(out, pd.DataFrame):
         raise FoldError(f"translate.fold returned {type(out).__name__}, expected a pandas DataFrame")
@@ -107,7 +109,7 @@ def fold_frame(rows: pd.DataFrame, key: list[str], fold: Any) -> pd.DataFrame:
             f"translate.fold returned {len(out)} rows for {given} keys; return one row per key "
             "(filter in the translate to leave an entity out)"
         )
-    lineage = rows.drop_duplicates(subset=key, keep="last")[[*key, *LINEAGE_COLUMNS]]
+    lineage = rows.drop_duplicates(subset=key, keep="last")[[*key, *carried]]
     merged = out.merge(lineage, on=key, how="left", validate="one_to_one")
     if merged[RUN_ID].isna().any():
         raise FoldError("translate.fold returned a key that is not in its input; fold only the keys given")

@@ -199,6 +199,13 @@ class JobSpec(_Model):
             self._mergeable()
         if self.lineage is not None:
             self._lineage()
+        if self.translate.transition is not None and self.source.table is None:
+            raise _Bad(
+                "used only with source.table.reconstruct",
+                "a transition reads states of a table: use function for Kafka records",
+                got=self.translate.transition,
+                at=("translate", "transition"),
+            )
         if self.source.table is not None:
             self._reproduce()
         elif self.decode.format == "rows":
@@ -259,6 +266,7 @@ class JobSpec(_Model):
                 got=self.decode.format,
                 at=("decode",),
             )
+        self._reconstruct()
         if not self.key:
             _fill(self, "key", [table.key])
         elif len(self.key) != 1:
@@ -267,6 +275,31 @@ class JobSpec(_Model):
                 f"give one output column, like [{table.key}]",
                 got=self.key,
                 at=("key",),
+            )
+
+    def _reconstruct(self) -> None:
+        """``source.table.reconstruct`` and ``translate.transition`` go together."""
+        table = self.source.table
+        assert table is not None
+        if table.reconstruct is not None and self.translate.transition is None:
+            raise _Bad(
+                "a reconstruction needs translate.transition",
+                "name the function that turns consecutive states into events: transition: my_pkg:events",
+                at=("translate",),
+            )
+        if table.reconstruct is None and self.translate.transition is not None:
+            raise _Bad(
+                "used only with source.table.reconstruct",
+                "name the entity key and the business time in source.table.reconstruct, or use function",
+                got=self.translate.transition,
+                at=("translate", "transition"),
+            )
+        if table.reconstruct is not None and self.lineage and self.lineage.effective_time_column:
+            raise _Bad(
+                "is source.table.reconstruct.time in a reconstruction",
+                "every event carries its state's business time: remove effective_time_column",
+                got=self.lineage.effective_time_column,
+                at=("lineage", "effective_time_column"),
             )
 
     def _lineage(self) -> None:
@@ -282,17 +315,10 @@ class JobSpec(_Model):
                 got=column,
                 at=("lineage", "effective_time_column"),
             )
-        for name, given in (
-            ("translate.fold", self.translate.fold),
-            ("a table source", self.source.table),
-            ("shadow", self.shadow),
-        ):
-            if given is not None:
-                raise _Bad(
-                    f"is not supported with {name} yet",
-                    "remove lineage, or run without it",
-                    at=("lineage",),
-                )
+        if self.shadow is not None:
+            raise _Bad(
+                "is not supported with shadow yet", "remove lineage, or run without it", at=("lineage",)
+            )
 
     def _mergeable(self) -> None:
         """A merge decides per key between the run's rows and rows already in a table."""

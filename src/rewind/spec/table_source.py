@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from rewind.spec.errors import _UNSET, _Bad, _Plain
+from rewind.spec.reconstruct import Reconstruct
 from rewind.spec.values import _ICEBERG_TABLE, _PG_IDENT, _exactly_one, _Model
 
 _SQL_TABLE_HELP = "like public.accounts: 1 or 2 identifiers of letters, digits, _ or $"
@@ -170,6 +171,14 @@ class TableSource(_Model):
         allow_inf_nan=False,
         description="Seconds the group's oldest unconsumed record may wait before its partition is stuck.",
     )
+    reconstruct: Reconstruct | None = Field(
+        default=None,
+        description=(
+            "Reconstruct domain events from the table's states (a history table or snapshots) "
+            "with `translate.transition`, instead of re-producing each row "
+            "([runbook-reconstruct.md](runbook-reconstruct.md))."
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -259,6 +268,13 @@ class TableSource(_Model):
                 "like postgresql://user@host:5432/db",
                 got=self.postgres.url,
                 at=("postgres", "url"),
+            )
+        if self.reconstruct is not None and self.reconstruct.key not in (None, self.key):
+            raise _Bad(
+                "is not source.table.key",
+                f"the key ranges split on the entity key: set source.table.key to {self.reconstruct.key}",
+                got=self.reconstruct.key,
+                at=("reconstruct", "key"),
             )
         return self
 

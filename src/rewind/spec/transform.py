@@ -175,7 +175,18 @@ class Translate(_Model):
         ),
     )
 
-    @field_validator("function", "fold")
+    transition: str | None = Field(
+        default=None,
+        description=(
+            "`package.module:callable` of an event reconstruction (`source.table.reconstruct`): "
+            "called with a pandas DataFrame of consecutive states per entity (the current row's "
+            "columns, the previous row's as `prev_<column>`, `_rewind_change` and `_rewind_time`), "
+            "returns zero or more events per pair, each with a type "
+            "([runbook-reconstruct.md](runbook-reconstruct.md))."
+        ),
+    )
+
+    @field_validator("function", "fold", "transition")
     @classmethod
     def _function(cls, value: str | None) -> str | None:
         if value is not None and not _FUNCTION.fullmatch(value.strip()):
@@ -225,18 +236,20 @@ class Translate(_Model):
 
     @model_validator(mode="after")
     def _one(self) -> Translate:
-        if self.function is not None and self.sql is not None:
-            raise _Bad("both function and sql given", "give exactly one of: function, sql")
-        if self.function is None and self.sql is None:
+        given = [n for n in ("function", "sql", "transition") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise _Bad(
+                f"both {given[0]} and {given[1]} given", "give exactly one of: function, sql, transition"
+            )
+        if not given:
             raise _Bad("neither function nor sql given", "give exactly one of: function, sql")
         if self.name is None:
-            _fill(
-                self,
-                "name",
-                "sql" if self.function is None else self.function.rsplit(":", 1)[1].split(".")[-1],
-            )
+            reference = self.function or self.transition
+            _fill(self, "name", "sql" if reference is None else reference.rsplit(":", 1)[1].split(".")[-1])
         return self
 
     @property
-    def kind(self) -> Literal["function", "sql"]:
+    def kind(self) -> Literal["function", "sql", "transition"]:
+        if self.transition is not None:
+            return "transition"
         return "function" if self.function is not None else "sql"

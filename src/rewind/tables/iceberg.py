@@ -119,6 +119,21 @@ class IcebergReader(TableReader):
     def keys(self, selection: Selection) -> list[Key]:
         return list(self._scan(selection, (self.key,))[self.key].to_pylist())
 
+    def null_keys(self, selection: Selection) -> int:
+        import pyarrow.compute as pc
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.expressions.parser import parse
+
+        expr = parse(selection.where) if selection.where is not None else AlwaysTrue()
+        data = self._load().scan(row_filter=expr, selected_fields=(self.key,)).to_arrow()
+        return int(pc.sum(pc.is_null(data[self.key])).as_py() or 0)
+
+    def distinct(self, selection: Selection, column: str) -> list[Any]:
+        import pyarrow.compute as pc
+
+        data = self._scan(selection, (self.key, column))
+        return list(pc.unique(data[column]).to_pylist())
+
     def read(
         self, selection: Selection, lo: Key | None, hi: Key | None, batch_rows: int = 10_000
     ) -> Generator[Rows, None, None]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
+from rewind.tables import reconstruct_plan
 from rewind.tables.exceptions import TableSourceError
 from rewind.tables.placement import (
     counts_by_partition,
@@ -60,6 +61,9 @@ class TablePlan:
     read_plan: dict[str, Any] = field(default_factory=dict)
     sample: pa.Table | None = None
     facts: dict[str, Any] = field(default_factory=dict)
+    output: tuple[pa.Schema | None, list[GateTuple]] | None = None
+    """A reconstruction's output schema and gates (:mod:`rewind.tables.reconstruct_plan`), which
+    the job plan takes instead of a translate's."""
 
     @property
     def pinned(self) -> str:
@@ -114,6 +118,9 @@ def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
                 f"{table.label}, key {table.key} ({key_type or 'no row yet'}), {table.selection}",
             )
         )
+        rec = table.reconstruct
+        if rec is not None and not reconstruct_plan.entity_gate(out, reader, chosen.selection, table.key):
+            return out
         facts: dict[str, Any] = {
             "label": table.label,
             "key": table.key,
@@ -146,10 +153,11 @@ def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
                 )
             )
             return out
-        out.gates.append(("selection", True, f"{selected} entities selected"))
+        out.gates.append(("selection", True, f"{selected} {'states' if rec else 'entities'} selected"))
         # 3. keys, placement
         keys = reader.keys(chosen.selection)
-        _note_ids(out, chosen.selection.ids, keys, chosen.repeated)
+        placed = keys if rec is None else reconstruct_plan.entities(out, keys)  # a state per key
+        _note_ids(out, chosen.selection.ids, placed, chosen.repeated)
         partitions = _partition_count(settings, kafka.topic, kafka.partitions)
         if partitions is None:
             out.gates.append(
@@ -161,7 +169,7 @@ def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
                 )
             )
             return out
-        parts = placement(keys, partitions, kafka.partitioner)
+        parts = placement(placed, partitions, kafka.partitioner)
         by_partition = counts_by_partition(parts)
         wrong = [p for p in table.skip_partitions if p >= partitions]
         if wrong:
@@ -198,6 +206,13 @@ def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
         if table.stuck_check_group:
             _stuck(out, settings, spec, parts, set(table.skip_partitions))
         # 6. sample
+        if rec is not None:
+            if rec.mode == "snapshots" and not reconstruct_plan.snapshots_gate(
+                out, reader, spec, chosen.selection
+            ):
+                return out
+            reconstruct_plan.sample(out, reader, spec, chosen.selection, ranges[0].lo, ranges[0].hi)
+            return out
         _sample(out, reader, chosen.selection, ranges[0].lo, ranges[0].hi, table.key, table.label)
         return out
     finally:

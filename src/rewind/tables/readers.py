@@ -82,5 +82,15 @@ class TableReader(ABC):
         self, selection: Selection, lo: Key | None, hi: Key | None, batch_rows: int = 10_000
     ) -> Generator[Rows, None, None]: ...
 
+    def null_keys(self, selection: Selection) -> int:
+        """Rows of the selection's ``where`` (ids aside) whose key is null: an event
+        reconstruction refuses them, a state must belong to an entity."""
+        raise NotImplementedError
+
+    def distinct(self, selection: Selection, column: str) -> list[Any]:
+        """The distinct values of ``column`` among the selected rows (a reconstruction's
+        snapshot times), in no particular order."""
+        raise NotImplementedError
+
     def close(self) -> None:  # noqa: B027 - a no-op for readers that hold no connection
         """Release the connection (a no-op for readers that hold none)."""

@@ -195,6 +195,22 @@ class SqlReader(TableReader):
             sql = f"SELECT {key} FROM {self._from(conn)} WHERE {where} ORDER BY {key}"
             return [row[0] for row in self._select(conn, sql, params, selection)]
 
+    def null_keys(self, selection: Selection) -> int:
+        with self._connect() as conn:
+            params: dict[str, Any] = {}
+            where = f"{self._quote(conn, self.key)} IS NULL"
+            if selection.where is not None:
+                where += f" AND ({_user_sql(selection.where)})"
+            sql = f"SELECT COUNT(*) FROM {self._from(conn)} WHERE {where}"
+            return int(self._select(conn, sql, params, selection).scalar_one())
+
+    def distinct(self, selection: Selection, column: str) -> list[Any]:
+        with self._connect() as conn:
+            params: dict[str, Any] = {}
+            where = self._where(conn, selection, params)
+            sql = f"SELECT DISTINCT {self._quote(conn, column)} FROM {self._from(conn)} WHERE {where}"
+            return [row[0] for row in self._select(conn, sql, params, selection)]
+
     def read(
         self, selection: Selection, lo: Key | None, hi: Key | None, batch_rows: int = 10_000
     ) -> Generator[Rows, None, None]:

@@ -136,7 +136,7 @@ class TableUnits:
 
         from rewind.kafka.partitioner import partitions_for
         from rewind.spec import JobSpec
-        from rewind.translate.factory import make_decoder, make_translator, transform_name
+        from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
         from rewind.translate.process import ProcessContext, process_batch
 
         ctx = self.ctx
@@ -192,7 +192,13 @@ class TableUnits:
                 if records.num_rows == 0:
                     continue
                 result = process_batch(
-                    records, decoder, translator, spec.key, pctx, output_schema=user_schema
+                    records,
+                    decoder,
+                    translator,
+                    spec.key,
+                    pctx,
+                    output_schema=user_schema,
+                    **lineage_options(spec),
                 )
                 if result.quarantine.num_rows:
                     quarantine = with_row_values(result.quarantine, rows, first)

@@ -37,12 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.arrow import is_constant
 from rewind.core.columns import (
+    EFFECTIVE_TIME,
     EVENT_ID,
     EXTRACTED_AT,
     LINEAGE_PREFIX,
     RUN_ID,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
+    SOURCE_SYSTEM,
     SOURCE_TIMESTAMP,
     SOURCE_TOPIC,
     SYNTHETIC,
@@ -65,6 +67,11 @@ H_EXTRACTED_AT = "rewind.extracted-at"
 
 HEADER_NAMES = (H_EVENT_ID, H_SOURCE, H_TRANSFORM, H_VERSION, H_RUN_ID, H_SYNTHETIC, H_EXTRACTED_AT)
 """Every lineage header, in the order they are written."""
+H_SOURCE_SYSTEM = "rewind.source-system"
+H_EFFECTIVE_TIME = "rewind.effective-time"
+OPTIONAL_HEADERS = {SOURCE_SYSTEM: H_SOURCE_SYSTEM, EFFECTIVE_TIME: H_EFFECTIVE_TIME}
+"""Headers of the optional lineage columns (``lineage:``, a reconstruction), written after the
+others when the output has the column."""
 
 
 HeaderColumn = tuple[str, Any] | list[tuple[str, Any]]
@@ -87,7 +94,8 @@ class EncodedBatch:
     event_ids: list[str]
     sources: list[str]
     lineage: list[HeaderColumn]
-    """The other five headers: one shared tuple when constant, else one tuple per row."""
+    """The other five headers (and the optional ones): one shared tuple when constant, else one
+    tuple per row."""
 
     def __len__(self) -> int:
         return len(self.event_ids)
@@ -142,7 +150,9 @@ class RecordEncoder:
         if missing:
             raise ValueError(f"key column(s) {missing} are not output columns")
         self._values = values if values is not None else self._json_values
-        self._loops = (_produce_loop(keep=False), _produce_loop(keep=True))
+        self._optional = [(c, h) for c, h in OPTIONAL_HEADERS.items() if c in schema.names]
+        count = len(HEADER_NAMES) + len(self._optional)
+        self._loops = (_produce_loop(keep=False, headers=count), _produce_loop(keep=True, headers=count))
         self._composite_key = _row_json(list(self.key_columns)) if len(self.key_columns) > 1 else None
 
     def encode(self, batch: pa.RecordBatch) -> EncodedBatch:
@@ -169,6 +179,7 @@ class RecordEncoder:
                 _header_values(H_RUN_ID, batch.column(RUN_ID)),
                 _header_values(H_SYNTHETIC, synthetic),
                 _header_values(H_EXTRACTED_AT, batch.column(EXTRACTED_AT)),
+                *(_header_values(h, batch.column(c)) for c, h in self._optional),
             ],
         )
 
@@ -305,12 +316,11 @@ def _row_json(names: list[str]) -> Callable[..., list[bytes]]:
     return _compile(source, "row_json")
 
 
-def _produce_loop(keep: bool) -> Callable[..., int]:
+def _produce_loop(keep: bool, headers: int = len(HEADER_NAMES)) -> Callable[..., int]:
     """The hot loop: one ``produce`` per row of values made before it. Each header arrives as a
     ready ``(name, value)`` tuple (``zip`` builds the per-row ones in C: ~13% of the loop saved);
     ``keep``: a column of flags says which rows to produce."""
-    headers = [f"h{i}" for i in range(len(HEADER_NAMES))]
-    names = ", ".join(headers)
+    names = ", ".join(f"h{i}" for i in range(headers))
     flag, test = (", ok", "        if not ok:\n            continue\n") if keep else ("", "")
     source = (
         f"def produce_loop(produce, when_full, topic, keys, partitions, stamps, values, {names}{flag}):\n"
@@ -425,6 +435,9 @@ def decode_records(
     out[TRANSFORM_VERSION] = headers[H_VERSION]
     out[RUN_ID] = headers[H_RUN_ID]
     out[SYNTHETIC] = pc.equal(headers[H_SYNTHETIC], "true")
+    for name, header in OPTIONAL_HEADERS.items():
+        if name in schema.names:
+            out[name] = headers[header]
     arrays = []
     for field in schema:
         column = out.get(field.name)
@@ -459,14 +472,15 @@ def _header_columns(batch: pa.RecordBatch) -> dict[str, pa.Array]:
 
     n = batch.num_rows
     headers = batch.column("headers")
+    every = (*HEADER_NAMES, *OPTIONAL_HEADERS.values())
     if n == 0:
-        return {name: pa.array([], pa.string()) for name in HEADER_NAMES}
+        return {name: pa.array([], pa.string()) for name in every}
     flat = pc.list_flatten(headers)
     parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
     names = flat.field("key")
     values = flat.field("value").cast(pa.string())
     out: dict[str, pa.Array] = {}
-    for name in HEADER_NAMES:
+    for name in every:
         mask = pc.fill_null(pc.equal(names, name), False)
         rows = parents[mask.to_numpy(zero_copy_only=False)]
         picked = values.filter(mask)
