@@ -60,9 +60,12 @@ MERGED_PROPERTY = "rewind.merged"
 MERGE_COUNTS_PROPERTY = "rewind.merge-counts"
 ORDERING = [SOURCE_TIMESTAMP, SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET]
 """The lineage the decisions order rows by (event ids are long unique strings: not read)."""
-SPARK_ROWS = 300_000
+SPARK_ROWS = 2_000_000
 """Contested rows (the run's and live's) above which the decisions run in Spark: the default
-of the ``merge.spark_rows`` setting, from ``bench/merge_spark.py`` (bench/RESULTS.md)."""
+of the ``merge.spark_rows`` setting. ``bench/merge_spark.py`` (bench/RESULTS.md): on 2 cores
+Spark was never faster (4-15x slower, +9 s per million rows), while deciding in the driver held
+~100 bytes more per contested row (narrow rows; all columns with ``ambiguous: route``): the
+driver decides up to where that stays a few hundred MB."""
 
 
 @dataclass
