@@ -61,6 +61,9 @@ def verify(
 
 def _render_verify(console: Console, d: dict[str, Any]) -> None:
     verdict = "[bold green]PASSED[/]" if d["passed"] else "[bold red]FAILED[/]"
+    if d["mode"] == "outcome":  # a reconstruction: the events replayed vs the source's latest state
+        _render_outcome(console, d, verdict)
+        return
     console.print(f"[bold]{d['run_id']}[/] {verdict}: {d['staging']} vs {d['reference']} ({d['mode']})")
     used = d.get("verify_section") or {}
     if used:
@@ -87,3 +90,23 @@ def _render_verify(console: Console, d: dict[str, Any]) -> None:
         console.print(f"[dim]note: {note}[/]")
     report = d.get("report") or {}
     console.print(f"report: {report.get('html') or report.get('json')}")
+
+
+def _render_outcome(console: Console, d: dict[str, Any], verdict: str) -> None:
+    console.print(
+        f"[bold]{d['run_id']}[/] {verdict}: {d['events']:,} events replayed with the fold vs the source's "
+        f"latest state: {d['matched']:,} of {d['entities']:,} entities match, {d['mismatched']:,} differ, "
+        f"{d['missing']:,} missing ({d['skipped_quarantined']:,} with quarantined states left out)"
+    )
+    table = Table("event type", "events", "entities", "matched", "mismatched")
+    for name, t in d["by_type"].items():
+        table.add_row(
+            name, f"{t['events']:,}", f"{t['entities']:,}", f"{t['matched']:,}", f"{t['mismatched']:,}"
+        )
+    console.print(table)
+    for example in d["examples"]:
+        console.print(
+            f"[dim]{example['entity']}: replayed {example['replayed']}, source {example['source']}[/]"
+        )
+    report = d.get("report") or {}
+    console.print(f"report: {report.get('json')}")

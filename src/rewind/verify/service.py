@@ -123,6 +123,28 @@ def default_report_path(settings: Settings, run_id: str) -> Path:
     return settings.state_path / "reports" / f"{run_id}-verify.html"
 
 
+def _verify_outcome(
+    settings: Settings, ledger: Any, spec: JobSpec, run_id: str, run: Any, report_path: str | Path | None
+) -> dict[str, Any]:
+    """A reconstruction's verification: its events replayed with the fold give the source's latest
+    state (:mod:`rewind.verify.outcome`); the JSON report, and the verdict in the audit."""
+    import json
+
+    from rewind.job.service import load_plan
+    from rewind.verify.outcome import verify_outcome
+
+    facts = load_plan(ledger, run.plan_id).read_plan.get("table") or {}
+    report = verify_outcome(settings, spec, run_id, run.staging, facts)
+    path = Path(report_path) if report_path else default_report_path(settings, run_id)
+    path = path.with_suffix(".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, default=str))
+    report["report"] = {"json": str(path)}
+    keys = ("passed", "failed", "mode", "entities", "matched", "mismatched", "missing", "by_type", "report")
+    ledger.audit(run_id, "verify", {k: report[k] for k in keys})
+    return report
+
+
 def verify_run(
     settings: Settings,
     run_id: str,
@@ -169,6 +191,9 @@ def verify_run(
             needed = ("sink",) if verify is not None else ("sink", "verify")
             spec = usable_plan(settings, ledger, run.plan_id, needed=needed).job_spec()
             source = "file" if verify is not None else "plan"
+        table = spec.source.table
+        if verify is None and spec.verify is None and table is not None and table.reconstruct is not None:
+            return _verify_outcome(settings, ledger, spec, run_id, run, report_path)
         verify = verify or spec.verify or Verify()
         used = {"source": source, "digest": verify_digest(verify)}
         sink = make_sink(settings, spec)
