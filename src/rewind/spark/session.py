@@ -80,10 +80,16 @@ def session(settings: Settings | None = None, app_name: str | None = None) -> Sp
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         log4j = Path(__file__).with_name("log4j2.properties")
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
-        # executors must run this interpreter, where rewind and its clients are installed
+        # executors run this interpreter, where rewind and its clients are installed, unless
+        # spark.conf names theirs (a packed virtualenv shipped by spark.archives): PySpark
+        # takes the executors' interpreter from PYSPARK_PYTHON, not from the conf
+        executors = settings.spark.conf.get("spark.pyspark.python")
+        if executors:
+            os.environ["PYSPARK_PYTHON"] = executors
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
+        conf.setdefault("spark.pyspark.driver.python", os.environ["PYSPARK_DRIVER_PYTHON"])
     for key, value in settings.spark.conf.items():
         if key == "spark.driver.extraJavaOptions" and key in conf:
             conf[key] = f"{conf[key]} {value}"  # keep Rewind's quiet logging, add the user's
