@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 # time (module fixtures stay in one process), the longest files first (tests/file_order.py)
 PYTEST_ARGS ?= -n 4 --dist loadfile --no-loadscope-reorder --durations=40
 
-.PHONY: install demo test lint typecheck bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce bench-scale bench-warehouse clean
+.PHONY: install demo test lint typecheck executor-env bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce bench-scale bench-warehouse clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
@@ -80,5 +80,9 @@ bench-scale: install
 bench-warehouse: install
 	$(BIN)/python bench/warehouse_read.py --s3
 
+# the packed virtualenv Spark ships to executors without Rewind (spark.archives; docs/real-clusters.md)
+executor-env: install
+	$(BIN)/python scripts/executor_env.py --out build/rewind-executor-env.tar.gz
+
 clean:
-	rm -rf $(VENV) .rewind .pytest_cache
+	rm -rf $(VENV) .rewind .pytest_cache build

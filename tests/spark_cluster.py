@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -67,8 +69,33 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait(timeout=10)
 
 
+def isolated(command: list[str], spark_home: Path, hidden: list[Path]) -> list[str]:
+    """``command`` in a mount namespace of its own where each of ``hidden`` is an empty tmpfs
+    and the Spark distribution is bind-mounted at ``spark_home`` first (it lives inside the
+    virtualenv, which may be hidden): a worker host that shares nothing with the driver but
+    the network and a Spark installation."""
+    script = [f"mount --bind {shlex.quote(str(SPARK_HOME))} {shlex.quote(str(spark_home))}"]
+    script += [f"mount -t tmpfs tmpfs {shlex.quote(str(path))}" for path in hidden]
+    script.append("exec " + " ".join(shlex.quote(c) for c in command))
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", " && ".join(script)]
+
+
+def can_isolate() -> str | None:
+    """Why workers cannot get a mount namespace here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (unshare --mount)"
+    if shutil.which("unshare") is None:
+        return "needs unshare (util-linux)"
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"unshare --mount fails: {probe.stderr.strip()}"
+
+
 @contextmanager
-def spark_cluster(folder: Path, workers: int = 2, timeout_s: float = 120) -> Iterator[SparkCluster]:
+def spark_cluster(
+    folder: Path, workers: int = 2, timeout_s: float = 120, hidden: list[Path] | None = None
+) -> Iterator[SparkCluster]:
+    """``hidden``: folders the workers must not see (each in its own mount namespace, with
+    only a bare Python, the Spark distribution and the network); None: plain workers."""
     folder.mkdir(parents=True, exist_ok=True)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     env = {
@@ -78,6 +105,20 @@ def spark_cluster(folder: Path, workers: int = 2, timeout_s: float = 120) -> Ite
         "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,  # the master's and workers' own JVMs: small, quick
         "SPARK_DAEMON_MEMORY": "512m",
     }
+    worker_env = env
+    if hidden is not None:
+        home = folder / "spark-home"
+        home.mkdir(exist_ok=True)
+        # nothing of the driver's environment: no virtualenv on PATH, no PYTHONPATH
+        worker_env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(folder),
+            "SPARK_HOME": str(home),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
+            "SPARK_DAEMON_MEMORY": "512m",
+            **({"JAVA_HOME": os.environ["JAVA_HOME"]} if "JAVA_HOME" in os.environ else {}),
+        }
     port, web = free_port(), free_port()
     cluster = SparkCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}", folder)
     procs: list[subprocess.Popen[bytes]] = []
@@ -102,23 +143,29 @@ def spark_cluster(folder: Path, workers: int = 2, timeout_s: float = 120) -> Ite
         for i in range(workers):
             procs.append(
                 _start(
-                    [
-                        spark_class,
-                        "org.apache.spark.deploy.worker.Worker",
-                        "--host",
-                        "127.0.0.1",
-                        "--cores",
-                        "1",
-                        "--memory",
-                        "1g",
-                        "--webui-port",
-                        str(free_port()),
-                        "--work-dir",
-                        str(folder / f"worker-{i}"),
-                        cluster.master_url,
-                    ],
+                    worker_command(
+                        [
+                            spark_class
+                            if hidden is None
+                            else str(folder / "spark-home" / "bin" / "spark-class"),
+                            "org.apache.spark.deploy.worker.Worker",
+                            "--host",
+                            "127.0.0.1",
+                            "--cores",
+                            "1",
+                            "--memory",
+                            "1g",
+                            "--webui-port",
+                            str(free_port()),
+                            "--work-dir",
+                            str(folder / f"worker-{i}"),
+                            cluster.master_url,
+                        ],
+                        folder,
+                        hidden,
+                    ),
                     folder / f"worker-{i}.log",
-                    env,
+                    worker_env,
                 )
             )
         _wait(
@@ -127,6 +174,10 @@ def spark_cluster(folder: Path, workers: int = 2, timeout_s: float = 120) -> Ite
         yield cluster
     finally:
         _stop(procs)
+
+
+def worker_command(command: list[str], folder: Path, hidden: list[Path] | None) -> list[str]:
+    return command if hidden is None else isolated(command, folder / "spark-home", hidden)
 
 
 def _wait(

@@ -19,6 +19,7 @@ from rewind.errors import ConfigError, RewindError
 
 FILE_SETTINGS: dict[str, Any] = {
     "state_dir": "from-file-state",
+    "spool_dir": "s3://file-bucket/spool",
     "kafka": {
         "bootstrap_servers": "file-host:9092",
         "properties": {
@@ -165,6 +166,7 @@ ENV_CASES = [
     ("REWIND_METRICS_PORT", "9464", lambda s: s.metrics.port, 9464),
     ("REWIND_MERGE_SPARK_ROWS", "1000", lambda s: s.merge.spark_rows, 1000),
     ("REWIND_REDRIVE_SPARK_RECORDS", "2000", lambda s: s.redrive.spark_records, 2000),
+    ("REWIND_SPOOL_DIR", "s3://env-bucket/spool", lambda s: s.spool_root(), "s3://env-bucket/spool"),
     (
         "REWIND_SPEC__SINK__POSTGRES__URL",
         "postgresql://svc:pw@db/app",
@@ -190,6 +192,24 @@ def test_every_documented_variable_is_covered() -> None:
     covered = {case[0] for case in ENV_CASES} | {"REWIND_CONFIG", "REWIND_KAFKA", "REWIND_CATALOG"}
     assert "REWIND_KAFKA" in documented
     assert documented <= covered, documented - covered
+
+
+def test_the_spool_is_local_unless_executors_may_be_elsewhere_and_the_warehouse_is_an_object_store(
+    tmp_path: Path,
+) -> None:
+    s3 = {"REWIND_CATALOG__TYPE": "sql", "REWIND_CATALOG__WAREHOUSE": "s3://lake/warehouse"}
+    local = load(tmp_path, {"REWIND_STATE_DIR": str(tmp_path / "state")})
+    assert local.spool_root() == (tmp_path / "state" / "spool").as_uri()
+    # local[*] shares the driver's disk: a warehouse on S3 does not move the spool
+    on_s3 = load(tmp_path, {"REWIND_STATE_DIR": str(tmp_path), **s3})
+    assert on_s3.spool_root() == (tmp_path / "spool").as_uri()
+    for master in ({"REWIND_SPARK_MASTER": "spark://h:7077"}, {"REWIND_SPARK_REMOTE": "sc://h:15002"}):
+        assert load(tmp_path, {**s3, **master}).spool_root() == "s3://lake/warehouse/_rewind_spool"
+        # a warehouse on one host's disk is not shared: the state folder it is
+        on_disk = {**s3, "REWIND_CATALOG__WAREHOUSE": "file:///srv/wh", "REWIND_STATE_DIR": str(tmp_path)}
+        assert load(tmp_path, {**on_disk, **master}).spool_root() == (tmp_path / "spool").as_uri()
+    # spool_dir wins; a path becomes a file URI
+    assert load(tmp_path, {**s3, "REWIND_SPOOL_DIR": "/srv/shared/spool"}).spool_root() == "file:///srv/shared/spool"
 
 
 def test_env_properties_merge_with_file_properties(tmp_path: Path) -> None:

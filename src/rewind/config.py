@@ -3,6 +3,7 @@
 File shape (every key optional)::
 
     state_dir: .rewind                 # pid/log files of the embedded stack, default catalog, ledger
+    spool_dir: null                    # where tasks leave files for the driver (see spool_root)
     kafka:
       bootstrap_servers: 127.0.0.1:19092
       remote: false                    # true: reading it is billed egress (the plan's cost model)
@@ -41,6 +42,7 @@ Environment variables (each overrides the file):
 ==========================================  =============================================
 ``REWIND_CONFIG``                           path of the settings file
 ``REWIND_STATE_DIR``                        ``state_dir``
+``REWIND_SPOOL_DIR``                        ``spool_dir``
 ``REWIND_BOOTSTRAP_SERVERS``                ``kafka.bootstrap_servers``
 ``REWIND_KAFKA__<PROP>``                    ``kafka.properties``; ``_`` becomes ``.``
                                             (``REWIND_KAFKA__SASL_PASSWORD`` → ``sasl.password``)
@@ -168,10 +170,17 @@ class CostSettings(_Model):
         return prices
 
 
+_OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "oss", "hdfs")
+"""Warehouse schemes every executor reaches by URI (a ``file:`` warehouse may be one host's)."""
+
+
 class Settings(_Model):
     """Everything Rewind needs to reach its systems. Build with :func:`load_settings`."""
 
     state_dir: Path = Path(".rewind")
+    spool_dir: str | None = None
+    """Where Spark tasks leave files for the driver (a folder or an object-store URI): see
+    :meth:`spool_root`."""
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     catalog: CatalogSettings = Field(default_factory=CatalogSettings)
     ledger_url: str | None = None
@@ -211,6 +220,26 @@ class Settings(_Model):
             "warehouse": (self.state_path / "warehouse").as_uri(),
         }
 
+    def spool_root(self) -> str:
+        """The folder (URI) where Spark tasks leave files the driver reads back: the SQL and
+        Kafka sinks' spools.
+
+        ``spool_dir`` when set; else, when the executors may run on other hosts (any master
+        but ``local``, or Spark Connect) and the warehouse is an object store, a folder of the
+        warehouse (``<warehouse>/_rewind_spool``), which the driver and every task reach with
+        the catalog's credentials, so that ``state_dir`` need not be shared; else
+        ``<state_dir>/spool``."""
+        from urllib.parse import urlparse
+
+        if self.spool_dir:
+            root = self.spool_dir.rstrip("/")
+            return root if "://" in root else Path(root).expanduser().resolve().as_uri()
+        local = self.spark.master.startswith("local") and not self.spark.remote
+        warehouse = str(self.catalog_properties().get("warehouse") or "")
+        if not local and urlparse(warehouse).scheme in _OBJECT_STORES:
+            return f"{warehouse.rstrip('/')}/_rewind_spool"
+        return (self.state_path / "spool").as_uri()
+
     @property
     def ledger(self) -> str:
         return self.ledger_url or f"sqlite:///{self.state_path / 'ledger.db'}"
@@ -227,6 +256,7 @@ class Settings(_Model):
         """The effective settings with every secret masked: safe to print, log or store."""
         data = {
             "state_dir": str(self.state_path),
+            "spool": self.spool_root(),
             "kafka": {
                 "bootstrap_servers": self.bootstrap_servers,
                 "properties": dict(self.kafka.properties),
@@ -295,6 +325,7 @@ def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
     simple = {
         "REWIND_STATE_DIR": ("state_dir",),
+        "REWIND_SPOOL_DIR": ("spool_dir",),
         "REWIND_BOOTSTRAP_SERVERS": ("kafka", "bootstrap_servers"),
         "REWIND_CATALOG_NAME": ("catalog", "name"),
         "REWIND_LEDGER_URL": ("ledger_url",),

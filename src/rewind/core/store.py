@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -92,3 +93,41 @@ def active_store() -> WarehouseStore:
 def filesystem(uri: str, store: WarehouseStore | None = None) -> tuple[pafs.FileSystem, str]:
     """The filesystem and inner path of ``uri``, through ``store`` or this process's store."""
     return (store or _active).filesystem(uri)
+
+
+def make_dirs(uri: str, store: WarehouseStore | None = None) -> None:
+    """Create the folder ``uri`` (and its parents) on its filesystem; object stores need none."""
+    fs, path = filesystem(uri, store)
+    fs.create_dir(path, recursive=True)
+
+
+def remove_tree(uri: str, store: WarehouseStore | None = None) -> bool:
+    """Delete the folder ``uri`` and everything under it; False when there was nothing."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(uri, store)
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return False
+    fs.delete_dir(path)
+    return True
+
+
+def remove_files_under(root: str, uris: list[str], store: WarehouseStore | None = None) -> None:
+    """Delete each of ``uris`` that lies under the folder ``root`` (a spool's own files, never
+    a file it was only given); a file already gone is fine."""
+    import contextlib
+
+    prefix = root.rstrip("/") + "/"
+    for uri in uris:
+        if uri.startswith(prefix):
+            fs, path = filesystem(uri, store)
+            with contextlib.suppress(OSError, FileNotFoundError):
+                fs.delete_file(path)
+
+
+def folder_uri(folder: str | Path) -> str:
+    """A folder as a URI: an object-store or ``file:`` URI as given, a path made absolute."""
+    text = str(folder)
+    if "://" in text:
+        return text.rstrip("/")
+    return Path(text).expanduser().resolve().as_uri()

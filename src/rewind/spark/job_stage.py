@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import QUARANTINE_FILES_KEY, RecordCounts
 from rewind.core.parquet import open_writer
-from rewind.core.store import WarehouseStore, active_store
+from rewind.core.store import WarehouseStore, activate, active_store
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.spark.kafka_fetch import partitions_in
@@ -150,6 +150,8 @@ class ProcessUnits:
         from rewind.translate.process import ProcessContext, process_batch
 
         spec = JobSpec.model_validate_json(self.ctx.spec_json)
+        # the task's own reads of spool files (a unit it loads or produces) use the driver's store
+        activate(self.ctx.store)
         clock = StageClock()
         decoder: Any = TimedDecoder(make_decoder(spec.decode), clock)
         translator = make_translator(spec.translate)

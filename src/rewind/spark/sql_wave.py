@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.arrow import schema_from_b64
 from rewind.core.columns import ROW, ROW_INDEX, SRC_KEY
+from rewind.core.store import activate
 from rewind.errors import RewindError
 from rewind.spark.job_stage import (
     RESULT_SCHEMA,
@@ -199,6 +200,7 @@ class FinishUnits:
         from rewind.translate.process import ProcessContext, process_batch
 
         ctx = self.wave.ctx
+        activate(ctx.store)  # a unit the task loads into the sink reads its files back
         ordinal = int(key[0].as_py())
         unit = ctx.units[ordinal]
         schema = schema_from_b64(ctx.output_schema_b64)

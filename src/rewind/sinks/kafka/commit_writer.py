@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.arrow import schema_from_b64
+from rewind.core.store import filesystem
 from rewind.kafka.producer import TransactionalProducer
 from rewind.sinks.kafka.bookkeeping import (
     TXN_CALL_TIMEOUT_S,
@@ -215,14 +216,13 @@ def check_files(files: list[str], avro: AvroValues) -> None:
     """Check every value of the files the Avro schema must check one by one (nulls where the
     field has none, enum symbols, fixed sizes, nested values); Parquet statistics spare reading
     a column whose null count is known to be 0."""
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     from rewind.sinks.kafka.avro_values import SOURCE_COLUMNS
 
     nullable_not, by_value = avro.checked_columns()
     for path in files:
-        fs, inner = pafs.FileSystem.from_uri(path)
+        fs, inner = filesystem(path)
         with fs.open_input_file(inner) as handle:
             parquet = pq.ParquetFile(handle)
             names = parquet.schema_arrow.names
@@ -264,10 +264,9 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _batches(path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    fs, inner = pafs.FileSystem.from_uri(path)
+    fs, inner = filesystem(path)
     with fs.open_input_file(inner) as handle:
         for batch in pq.ParquetFile(handle).iter_batches(batch_size=_BATCH_ROWS):
             yield batch.select(schema.names).cast(schema) if batch.schema != schema else batch
@@ -275,10 +274,9 @@ def _batches(path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
 
 def _source_order(path: str) -> tuple[str, int, int]:
     """(topic, partition, first offset) of a unit's file, from the Parquet statistics."""
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    fs, inner = pafs.FileSystem.from_uri(path)
+    fs, inner = filesystem(path)
     with fs.open_input_file(inner) as handle:
         meta = pq.ParquetFile(handle).metadata
         if meta.num_row_groups == 0:
@@ -333,10 +331,8 @@ def _parse_unit(unit_id: str) -> tuple[str, int, int, int]:
 
 
 def remove_file(uri: str) -> None:
-    import pyarrow.fs as pafs
-
     try:
-        fs, inner = pafs.FileSystem.from_uri(uri)
+        fs, inner = filesystem(uri)
         fs.delete_file(inner)
     except Exception as exc:  # a leftover spool file is harmless; cleanup removes the folder
         log.debug("could not remove %s: %s", uri, exc)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import shutil
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.core.store import remove_tree
 from rewind.sinks.base import Swap
 from rewind.sinks.kafka.bookkeeping import (
     KafkaStaging,
@@ -126,9 +126,7 @@ def cleanup_topic(sink: KafkaTopicSink, staging: KafkaStaging) -> dict[str, Any]
             raise KafkaSinkError(f"could not delete topic {staging.topic}: {short_error(exc)}") from exc
         wait_until(lambda: not topic_is_there(sink.conf, staging.topic), f"topic {staging.topic} deleted")
         deleted = True
-    spool = sink.spool_dir / staging.run_id
-    spool_removed = spool.exists()
-    shutil.rmtree(spool, ignore_errors=True)
+    spool_removed = remove_tree(f"{sink.spool_dir}/{staging.run_id}")
     if runlog.state != "deleted":
         write_bookkeeping(
             sink.conf,

@@ -94,6 +94,7 @@ from typing import TYPE_CHECKING, Any
 from rewind import faults
 from rewind.core.arrow import schema_from_b64, schema_to_b64
 from rewind.core.counts import UNIT_COUNTS_KEY
+from rewind.core.store import folder_uri, make_dirs
 from rewind.sinks.base import StagingSink, Swap
 from rewind.sinks.kafka.avro_target import AvroTarget, avro_target_of
 from rewind.sinks.kafka.bookkeeping import (
@@ -162,7 +163,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         self.transactional = transactional
         self.configs = dict(configs or {})
         self.key = list(key or [])
-        self.spool_dir = Path(spool_dir)
+        self.spool_dir = folder_uri(spool_dir)
         self.bookkeeping = bookkeeping
         # a re-produce (table source) writes into the live topic or a dedicated one that may
         # already hold records; a backfill of Kafka records writes to a topic of its own
@@ -184,7 +185,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             transactional=kafka.transactional,
             configs=dict(kafka.configs),
             key=list(spec.key),
-            spool_dir=settings.state_path / "spool" / "kafka",
+            spool_dir=f"{settings.spool_root()}/kafka",
             existing_ok=spec.source.table is not None,
             avro=avro_target_of(spec),
         )
@@ -363,14 +364,13 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         return KafkaStaging.from_dict(data)
 
     def data_folder(self, staging: KafkaStaging) -> str:
-        """A spool folder under the state directory: the driver reads the files and produces them.
-
-        On a cluster whose executors do not share the driver's disk, point ``state_dir`` at a
-        shared file system.
-        """
-        folder = (self.spool_dir / staging.run_id).resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder.as_uri()
+        """The run's spool folder: the tasks write the units' files there and the driver reads
+        and produces them (unless the tasks produce their units themselves). The driver and
+        every executor reach it: ``<state_dir>/spool/kafka`` locally, a folder of the
+        object-store warehouse on a cluster (:meth:`rewind.config.Settings.spool_root`)."""
+        folder = f"{self.spool_dir}/{staging.run_id}"
+        make_dirs(folder)
+        return folder
 
     def committed_units(self, staging: KafkaStaging, run_id: str) -> set[str]:
         return staged_run_log(self.conf, staging, run_id).units()

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
+from rewind.core.store import filesystem
 from rewind.sinks.kafka.bookkeeping import KafkaStaging
 from rewind.sinks.kafka.commit_writer import remove_file
 from rewind.sinks.kafka.unit_writer import UnitWriter
@@ -135,10 +136,9 @@ def task_loader(
 
 def _tables(path: str, rows: int) -> Any:
     import pyarrow as pa
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    fs, inner = pafs.FileSystem.from_uri(path)
+    fs, inner = filesystem(path)
     with fs.open_input_file(inner) as handle:
         for batch in pq.ParquetFile(handle).iter_batches(batch_size=rows):
             yield pa.Table.from_batches([batch])

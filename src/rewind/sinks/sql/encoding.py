@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.store import filesystem
 from rewind.sinks.sql.exceptions import SqlSinkError
 
 if TYPE_CHECKING:
@@ -52,11 +53,10 @@ def to_csv(table: pa.Table) -> bytes:
 def read_batches(files: list[str], columns: list[str]) -> Iterator[pa.Table]:
     """The rows of ``files`` in chunks, only ``columns``, in that order."""
     import pyarrow as pa
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     for uri in files:
-        fs, path = pafs.FileSystem.from_uri(uri)
+        fs, path = filesystem(uri)
         with fs.open_input_file(path) as handle:
             reader = pq.ParquetFile(handle)
             missing = [c for c in columns if c not in reader.schema_arrow.names]
@@ -122,12 +122,11 @@ def uri_path(uri: str) -> str:
 
 def files_schema(files: list[str], columns: list[str]) -> pa.Schema:
     import pyarrow as pa
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     if not files:
         return pa.schema([])
-    fs, path = pafs.FileSystem.from_uri(files[0])
+    fs, path = filesystem(files[0])
     with fs.open_input_file(path) as handle:
         schema = pq.ParquetFile(handle).schema_arrow
     return pa.schema([schema.field(c) for c in columns])

@@ -5,18 +5,17 @@ All of it runs inside the commit's transaction (see :meth:`~rewind.sinks.sql.sin
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.store import filesystem, remove_files_under
 from rewind.sinks.sql.backend import (
     Tx,
 )
 from rewind.sinks.sql.checks import check_staging
-from rewind.sinks.sql.encoding import files_have_duplicates, files_schema, uri_path
+from rewind.sinks.sql.encoding import files_have_duplicates, files_schema
 from rewind.sinks.sql.names import TableName
 from rewind.sinks.sql.postgres import PostgresBackend
 
@@ -78,10 +77,9 @@ def write_files(sink: SqlSink,
 def file_columns(sink: SqlSink, files: list[str]) -> list[str]:
     if not files:
         return []
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    fs, path = pafs.FileSystem.from_uri(files[0])
+    fs, path = filesystem(files[0])
     with fs.open_input_file(path) as handle:
         return list(pq.ParquetFile(handle).schema_arrow.names)
 
@@ -120,11 +118,4 @@ def starts_empty(sink: SqlSink, tx: Tx, sname: TableName) -> bool:
 
 
 def unspool(sink: SqlSink, staging: SqlStaging, files: list[str]) -> None:
-    root = Path(uri_path(staging.spool))
-    for f in files:
-        if not f.startswith("file:"):
-            continue
-        path = Path(uri_path(f))
-        if root in path.parents:
-            with contextlib.suppress(OSError):
-                path.unlink()
+    remove_files_under(staging.spool, files)

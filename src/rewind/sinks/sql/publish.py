@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rewind import faults
+from rewind.core.store import remove_tree
 from rewind.sinks.base import Swap
 from rewind.sinks.sql.backend import (
     STAGINGS_TABLE,
@@ -23,7 +23,6 @@ from rewind.sinks.sql.backend import (
     lock_times,
 )
 from rewind.sinks.sql.checks import check_same_shape
-from rewind.sinks.sql.encoding import uri_path
 from rewind.sinks.sql.exceptions import SqlSinkError, TargetMoved
 from rewind.sinks.sql.names import TableName, run_tag
 
@@ -220,7 +219,6 @@ def cleanup_run(sink: SqlSink, staging: SqlStaging) -> dict[str, Any]:
     neither resumed nor promoted afterwards). The spool folder goes in both cases.
     The caller must make sure no process is still running the run (its lease).
     """
-    import shutil
 
     from sqlalchemy import delete, select, update
 
@@ -255,9 +253,7 @@ def cleanup_run(sink: SqlSink, staging: SqlStaging) -> dict[str, Any]:
                 .where(book.stagings.c.staging == sname.name)
                 .values(state=new_state, updated_at=datetime.now(UTC))
             )
-    spool = Path(uri_path(staging.spool))
-    spool_removed = spool.exists()
-    shutil.rmtree(spool, ignore_errors=True)
+    spool_removed = remove_tree(staging.spool)
     return {
         "target": str(target),
         "state_before": state,

@@ -74,6 +74,7 @@ from rewind.core.columns import (
     EVENT_ID,
 )
 from rewind.core.counts import UNIT_COUNTS_KEY
+from rewind.core.store import folder_uri, make_dirs
 from rewind.secrets import mask_url
 from rewind.sinks.base import RowFold, StagingSink, Swap
 from rewind.sinks.sql.backend import (
@@ -86,7 +87,6 @@ from rewind.sinks.sql.backend import (
     sqlalchemy_url,
 )
 from rewind.sinks.sql.checks import check_output, check_same_shape, check_staging, check_target
-from rewind.sinks.sql.encoding import uri_path
 from rewind.sinks.sql.exceptions import SqlSinkError, first_line
 from rewind.sinks.sql.fold import commit_folded
 from rewind.sinks.sql.load import unspool, write_files
@@ -172,7 +172,7 @@ class SqlSink(StagingSink[SqlStaging]):
         self.table_name = table
         self.mode: Mode = mode
         self.key = list(key)
-        self.spool_dir = Path(spool_dir).expanduser().resolve()
+        self.spool_dir = folder_uri(spool_dir)  # a local folder, or an object store's
         self.lock_timeout_s = lock_timeout_s
         self.lock_wait_s = lock_wait_s
         self._engine_: Engine | None = None
@@ -204,7 +204,7 @@ class SqlSink(StagingSink[SqlStaging]):
             cfg.table,
             mode=cfg.mode,
             key=spec.key,
-            spool_dir=settings.state_path / "spool",
+            spool_dir=settings.spool_root(),
             copy_target=spec.shadow is None,
         )
 
@@ -309,7 +309,7 @@ class SqlSink(StagingSink[SqlStaging]):
             str(name.sibling(prev_name(name.name, run_id))),
             run_id,
             existed,
-            (self.spool_dir / run_tag(run_id)).as_uri(),
+            f"{self.spool_dir}/{run_tag(run_id)}",
             base_rows,
         )
 
@@ -415,11 +415,11 @@ class SqlSink(StagingSink[SqlStaging]):
         return SqlStaging.from_dict(data)
 
     def data_folder(self, staging: SqlStaging) -> str:
-        """A local spool folder: tasks write Parquet there, :meth:`commit` loads and deletes it.
-
-        It must be reachable by the executors and the driver (``local[*]``, or a shared mount).
-        """
-        Path(uri_path(staging.spool)).mkdir(parents=True, exist_ok=True)
+        """The run's spool folder: tasks write Parquet there, :meth:`commit` (or the task
+        itself, :mod:`rewind.sinks.sql.task_load`) loads and deletes it. The driver and every
+        executor reach it: ``<state_dir>/spool`` locally, a folder of the object-store
+        warehouse on a cluster (:meth:`rewind.config.Settings.spool_root`)."""
+        make_dirs(staging.spool)
         return staging.spool
 
     # -- unit commits ---------------------------------------------------------------------

@@ -36,15 +36,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
+from rewind.core.store import filesystem, remove_files_under
 from rewind.secrets import mask_url
 from rewind.sinks.sql.backend import STAGINGS_TABLE, UNITS_TABLE, Mode, Tx
 from rewind.sinks.sql.checks import check_staging
-from rewind.sinks.sql.encoding import files_have_duplicates, uri_path
+from rewind.sinks.sql.encoding import files_have_duplicates
 from rewind.sinks.sql.exceptions import SqlSinkError, first_line
 from rewind.sinks.sql.names import TableName
 from rewind.sinks.sql.postgres import PostgresBackend
@@ -143,11 +143,10 @@ class TaskLoader:
         return recorded, True
 
     def _rows(self, backend: PostgresBackend, tx: Tx, sname: TableName, files: list[str]) -> int:
-        import pyarrow.parquet as pq
 
         if not files:
             return 0
-        columns = list(pq.read_schema(uri_path(files[0])).names)
+        columns = list(files_schema_names(files[0]))
         if self.direct and sname.name not in _NO_DIRECT:
             rows = backend.copy_direct(tx, sname, columns, files)
             if rows is not None:
@@ -159,11 +158,7 @@ class TaskLoader:
 
 
 def _unspool(spool: str, files: list[str]) -> None:
-    root = Path(uri_path(spool))
-    for f in files:
-        path = Path(uri_path(f))
-        if f.startswith("file:") and root in path.parents:
-            path.unlink(missing_ok=True)
+    remove_files_under(spool, files)
 
 
 def task_loader(sink: SqlSink, staging: SqlStaging, schema: pa.Schema) -> TaskLoader | None:
@@ -184,3 +179,11 @@ def task_loader(sink: SqlSink, staging: SqlStaging, schema: pa.Schema) -> TaskLo
         direct=not staging.target_existed,
         spool=staging.spool,
     )
+
+
+def files_schema_names(uri: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(uri)
+    with fs.open_input_file(path) as handle:
+        return list(pq.ParquetFile(handle).schema_arrow.names)

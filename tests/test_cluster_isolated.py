@@ -1,0 +1,224 @@
+"""Executors that share nothing with the driver but the network: a job's output on such a
+cluster equals the local run's, row for row, into Iceberg, PostgreSQL and a Kafka topic.
+
+The two workers of the standalone cluster (:mod:`tests.spark_cluster`) each run in a mount
+namespace of their own, where the project checkout (with its virtualenv) and the driver's
+``state_dir`` are empty tmpfs folders: a worker has the Spark distribution, a bare Python and
+the network, nothing else. Rewind and its dependencies reach the executors as the packed
+virtualenv ``scripts/executor_env.py`` builds (``spark.archives``), the translate module as a
+zip (``spark.submit.pyFiles``). The warehouse is an S3 bucket (moto's server), and so, with
+the executors possibly elsewhere, is the spool through which the tasks hand the SQL and Kafka
+sinks their units (:meth:`rewind.config.Settings.spool_root`).
+
+It runs on the tests' one broker (like tests/test_cluster.py): what it adds is where the tasks
+run and what they can see; building the archive and starting the cluster cost ~3 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rewind.config import Settings, load_settings
+from rewind.job.service import run_job
+from rewind.spec import parse_spec
+from tests import job_fixtures as jf
+from tests.kafka_util import create_topic
+from tests.s3_fixtures import moto_s3, s3_catalog_env
+from tests.spark_cluster import QUICK_JVM, SparkCluster, can_isolate, spark_cluster
+from tests.test_sink_kafka import read_topic
+
+PARTITIONS = 2
+RECORDS = 600
+COMPARED = [
+    "order_id",
+    "status",
+    "amount",
+    "_rewind_event_id",
+    "_rewind_source_topic",
+    "_rewind_source_partition",
+    "_rewind_source_offset",
+]
+
+pytestmark = pytest.mark.skipif(can_isolate() is not None, reason=f"isolated workers: {can_isolate()}")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    yield from moto_s3()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("isolated")
+
+
+@pytest.fixture(scope="module")
+def executor_env(world: Path) -> Path:
+    """The packed virtualenv of the executors (``make executor-env`` builds the same);
+    ``REWIND_TEST_EXECUTOR_ENV`` names one already built (it takes ~2 minutes)."""
+    given = os.environ.get("REWIND_TEST_EXECUTOR_ENV")
+    if given:
+        return Path(given)
+    out = world / "rewind-executor-env.tar.gz"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(jf.REPO / "scripts" / "executor_env.py"),
+            "--out",
+            str(out),
+            "--work",
+            str(world),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def translate_zip(world: Path) -> Path:
+    """The spec's translate module (``tests.job_fixtures``), as a user ships theirs."""
+    out = world / "translate.zip"
+    with zipfile.ZipFile(out, "w") as z:
+        for name in ("__init__.py", "job_fixtures.py"):
+            z.write(jf.REPO / "tests" / name, f"tests/{name}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(world: Path) -> Iterator[SparkCluster]:
+    hidden = [jf.REPO, world / "state"]
+    (world / "state").mkdir(exist_ok=True)
+    with spark_cluster(world / "spark-cluster", hidden=hidden) as c:
+        yield c
+
+
+def run_on_cluster(
+    cluster: SparkCluster,
+    world: Path,
+    env_archive: Path,
+    pyfiles: Path,
+    spec: dict[str, Any],
+    extra: dict[str, str],
+) -> dict[str, Any]:
+    log4j = (jf.REPO / "src/rewind/spark/log4j2.properties").as_uri()
+    spark_conf = {
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} {jf.QUICK_JVM}",
+        "spark.executor.extraJavaOptions": QUICK_JVM,
+        "spark.executor.memory": "512m",
+        "spark.archives": f"{env_archive.as_uri()}#environment",
+        "spark.pyspark.python": "./environment/bin/python",
+        "spark.submit.pyFiles": str(pyfiles),
+    }
+    state = load_settings(env={"REWIND_STATE_DIR": str(world / "state"), **extra}, cwd=world)
+    given = {k: v for k, v in extra.items() if k != "REWIND_BOOTSTRAP_SERVERS"}  # child_env sets it
+    env = jf.child_env(state, REWIND_SPARK_MASTER=cluster.master_url, **given)
+    env["REWIND_SPARK_CONF"] = json.dumps(spark_conf)
+    path = jf.write_spec(world / f"{spec['name']}.yaml", spec)
+    proc = subprocess.run(
+        [jf.REWIND_BIN, "run", str(path), "--json"],
+        cwd=world,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + cluster.log_tail()
+    out: dict[str, Any] = json.loads(proc.stdout)
+    assert out["state"] == "succeeded", out
+    return out
+
+
+def iceberg_rows(settings: Settings, staging: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = jf.staging_table(settings, staging).select(COMPARED).to_pylist()
+    return sorted(rows, key=lambda r: (r["_rewind_event_id"], r["order_id"] or 0))
+
+
+def postgres_rows(url: str, table: str) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    columns = ", ".join(COMPARED)
+    schema, name = table.split(".", 1) if "." in table else ("public", table)
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(f'SELECT {columns} FROM "{schema}"."{name}"').fetchall()
+    return sorted(rows, key=lambda r: (r[3], r[0] or 0))
+
+
+def topic_records(conf: dict[str, Any], topic: str) -> list[tuple[Any, ...]]:
+    records, _ = read_topic(conf, topic)
+    volatile = ("rewind.run-id", "rewind.extracted-at")
+    return sorted(
+        (r.partition, r.key, r.value, sorted((k, v) for k, v in r.headers.items() if k not in volatile))
+        for r in records
+    )
+
+
+def test_isolated_executors_write_what_a_local_run_writes(
+    cluster: SparkCluster,
+    world: Path,
+    executor_env: Path,
+    translate_zip: Path,
+    settings: Settings,
+    spark: object,
+    pg_url: str,
+    s3_endpoint: str,
+) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    conf = settings.kafka_config()
+    create_topic(conf, topic, PARTITIONS)
+    orders = jf.order_events(RECORDS, PARTITIONS, raise_every=250)
+    jf.produce_orders(conf, topic, orders)
+    s3 = {
+        "REWIND_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers or "",
+        **s3_catalog_env(world, s3_endpoint),
+    }
+    remote = load_settings(env={"REWIND_STATE_DIR": str(world / "state"), **s3}, cwd=world)
+    tag = topic[-8:]
+
+    def both(name: str, sink: dict[str, Any], local_sink: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        cluster_spec = jf.order_spec(f"{name}-cluster", topic, "unused", sink=sink)
+        cluster_spec["sink"] = sink
+        out = run_on_cluster(cluster, world, executor_env, translate_zip, cluster_spec, s3)
+        local_spec = jf.order_spec(f"{name}-local", topic, "unused")
+        local_spec["sink"] = local_sink
+        local = run_job(settings, parse_spec(local_spec))
+        assert local.state == "succeeded"
+        assert out["quarantined"] == local.counts.quarantined and out["rows_out"] == local.counts.rows_out
+        return out, local
+
+    # Iceberg: the cluster's files in the S3 warehouse, the local run's on disk
+    out, local = both(
+        "iso-ice", {"iceberg": {"table": f"iso.orders_{tag}"}}, {"iceberg": {"table": f"loc.orders_{tag}"}}
+    )
+    assert out["staging"]["table"] and iceberg_rows(remote, out["staging"]) == iceberg_rows(
+        settings, local.to_dict()["staging"]
+    )
+
+    # PostgreSQL: the tasks load their units (COPY) themselves
+    out, local = both(
+        "iso-pg",
+        {"postgres": {"url": pg_url, "table": f"public.iso_{tag}"}},
+        {"postgres": {"url": pg_url, "table": f"public.loc_{tag}"}},
+    )
+    assert postgres_rows(pg_url, out["staging"]["table"]) == postgres_rows(
+        pg_url, local.to_dict()["staging"]["table"]
+    )
+
+    # Kafka: the driver produces the units the tasks spooled to the object store
+    out, local = both("iso-kafka", {"kafka": {"topic": f"iso-{tag}"}}, {"kafka": {"topic": f"loc-{tag}"}})
+    # (the workers cannot see the driver's state_dir: a spool there would fail this run)
+    assert topic_records(conf, out["staging"]["topic"]) == topic_records(
+        conf, local.to_dict()["staging"]["topic"]
+    )
