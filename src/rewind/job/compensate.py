@@ -174,6 +174,7 @@ def _compensate(
 ) -> dict[str, Any]:
     """Steps 3-6."""
     from rewind import faults
+    from rewind.job.compensate_messages import MessageEncoder
     from rewind.kafka.compensation import UnitWriter, write_final_marker
     from rewind.spark import session
     from rewind.spark.compensate_stage import bucket_counts, changes, placed, run_units
@@ -216,9 +217,11 @@ def _compensate(
                 {"topic": topic, "shape": shape, "partitions": partitions, "keys": keys, "units": units},
             )
         writer = UnitWriter(settings.kafka_config(), topic, run_id, shape, tuple(key))
+        encoder = MessageEncoder(tuple(key), shape, run_id)
         ids = [u["id"] for u in units]
+        tasks = min(len(ids), _parallelism(spark))
         with clock.step("units"):  # the shuffle by unit and the tasks' transactions
-            results = run_units(df, unit_of, ids, writer, done, min(len(ids), _parallelism(spark)))  # 5.
+            results = run_units(df, unit_of, ids, writer, encoder, done, tasks)  # 5.
         for r in results:
             for name, seconds in r[4].items():
                 clock.add(f"task_{name}", seconds)

@@ -1,8 +1,9 @@
 """The messages of ``rewind compensate`` and the transactions that write them, one per unit.
 
 A message per op of a changed key (see :mod:`rewind.job.compensate`): key = the key's text (a
-JSON list for a composite key), value = JSON ``{"op", "key", "row"}`` (or ``old``/``new``),
-headers ``rewind-synthetic: true``, ``rewind-run-id``, ``rewind-op``.
+JSON list for a composite key), value = JSON ``{"key", "op", "row"}`` (or ``old``/``new``: made a
+batch at a time by :mod:`rewind.job.compensate_messages`), headers ``rewind-synthetic: true``,
+``rewind-run-id``, ``rewind-op``.
 
 A unit (a slice of the changes of one target partition) is written by the Spark task that holds
 it, in order:
@@ -78,30 +79,22 @@ def final_transactional_id(run_id: str, topic: str) -> str:
     return f"rewind-compensate-{run_id}-{topic}"
 
 
-def encode(
-    key: tuple[str, ...],
-    values: tuple[Any, ...],
-    old: dict[str, Any] | None,
-    new: dict[str, Any] | None,
-    shape: str,
-    run_id: str,
-) -> list[tuple[bytes, list[tuple[str, bytes]], str]]:
-    """(value, headers, op) of each message of one changed key, in the order they are applied."""
-    keyed = dict(zip(key, values, strict=True))
-    if shape == "correction":
-        ops: list[tuple[str, dict[str, Any]]] = [("correction", {"old": old, "new": new})]
-    else:
-        ops = ([("retract", {"row": old})] if old is not None else []) + (
-            [("correct", {"row": new})] if new is not None else []
-        )
-    run = run_id.encode()
-    out = []
-    for op, body in ops:
-        value = json.dumps({"op": op, "key": keyed, **body}, default=str, sort_keys=True).encode()
-        out.append(
-            (value, [("rewind-synthetic", b"true"), ("rewind-run-id", run), ("rewind-op", op.encode())], op)
-        )
-    return out
+def op_headers(run_id: str, op: str) -> list[tuple[str, bytes]]:
+    """The headers of a message of ``op``: ``rewind-synthetic``, ``rewind-run-id``, ``rewind-op``."""
+    return [("rewind-synthetic", b"true"), ("rewind-run-id", run_id.encode()), ("rewind-op", op.encode())]
+
+
+@dataclass
+class Messages:
+    """A slice of a unit's messages, ready for :meth:`UnitTransaction.produce`: aligned lists of
+    values, keys, partitions and header lists (one shared list per op), in the order they are
+    applied, and how many of each op they hold."""
+
+    values: list[bytes]
+    keys: list[bytes]
+    partitions: list[int]
+    headers: list[list[tuple[str, bytes]]]
+    counts: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -133,7 +126,7 @@ def read_markers(
             body = {}
         unit = headers.get(UNIT_HEADER)
         if unit is not None:
-            units[unit.decode()] = body
+            units[unit.decode() if isinstance(unit, bytes) else unit] = body
         elif msg.key() == MARKER_KEY:
             final = body
     return Markers(final, units)
@@ -147,7 +140,7 @@ def _read_partition(
     from rewind.kafka.clients import private_consumer
 
     consumer = private_consumer(
-        conf, "compensate-check", **{"isolation.level": "read_committed", "fetch.wait.max.ms": 50}
+        conf, "compensate-check", {"isolation.level": "read_committed", "fetch.wait.max.ms": 50}
     )
     try:
         low, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
@@ -246,25 +239,36 @@ class UnitTransaction:
             self.abort()
             raise
 
-    def produce(self, rows: list[dict[str, Any]], keys: list[bytes], partitions: list[int]) -> None:
-        """Step 3 for rows of the diff (``key`` values, ``old`` and ``new`` rows or None)."""
-        w = self.writer
+    def produce(self, messages: Messages) -> None:
+        """Step 3 for a slice of the unit's messages."""
+        topic = self.writer.topic
         client = self._txn.client
         produce = client.produce
-        for row, kb, p in zip(rows, keys, partitions, strict=True):
-            values = tuple(row[k] for k in w.key)
-            for value, headers, op in encode(w.key, values, row["old"], row["new"], w.shape, w.run_id):
-                while True:
-                    try:
-                        produce(w.topic, value, kb, p, headers=headers)
-                        break
-                    except BufferError:
-                        client.poll(0.05)
-                        self._txn.raise_failures(what=f" for {w.topic}")
-                self.counts[op] = self.counts.get(op, 0) + 1
-                self.messages += 1
+        for value, kb, p, headers in zip(
+            messages.values, messages.keys, messages.partitions, messages.headers, strict=True
+        ):
+            try:
+                produce(topic, value, kb, p, None, None, 0, headers)
+            except BufferError:
+                self._when_full(value, kb, p, headers)
+        for op, n in messages.counts.items():
+            self.counts[op] = self.counts.get(op, 0) + n
+        self.messages += len(messages.values)
         client.poll(0)
-        self._txn.raise_failures(what=f" for {w.topic}")
+        self._txn.raise_failures(what=f" for {topic}")
+
+    def _when_full(self, value: bytes, kb: bytes, partition: int, headers: Any) -> None:
+        """librdkafka's queue is full: serve deliveries until the message fits."""
+        topic = self.writer.topic
+        client = self._txn.client
+        while True:
+            client.poll(0.05)
+            self._txn.raise_failures(what=f" for {topic}")
+            try:
+                client.produce(topic, value, kb, partition, headers=headers)
+                return
+            except BufferError:
+                continue
 
     def commit(self) -> None:
         """Steps 4-5."""

@@ -19,16 +19,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
-import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.columns import LINEAGE_PREFIX
 from rewind.errors import RewindError
-from rewind.kafka.compensation import UnitWriter, key_text
+from rewind.kafka.compensation import Messages, UnitWriter, key_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,10 +41,11 @@ KEY_BYTES, PARTITION, BUCKET, UNIT = (
     "_rewind_c_bucket",
     "_rewind_c_unit",
 )
+_PLACE = "_rewind_c_place"
 RESULT_SCHEMA = "unit string, messages long, counts string, repeat boolean, seconds string"
-TASK_STEPS = ("wait", "open", "rows", "produce", "commit")
+TASK_STEPS = ("wait", "open", "encode", "produce", "commit")
 """What a task's seconds go to: waiting for the next batch (the shuffle read and sort upstream),
-opening units' transactions, turning batches into rows, producing, committing."""
+opening units' transactions, encoding the messages, producing them, committing."""
 
 
 class CompensateStageError(RewindError):
@@ -74,6 +75,7 @@ def changes(old: DataFrame, new: DataFrame, key: list[str]) -> DataFrame:
         b = F.col(f"new.{c}") if c in new_cols else F.lit(None)
         eq = a.eqNullSafe(b)
         same = eq if same is None else same & eq
+    assert same is not None  # the key columns are user columns of both sides
     differ = F.col("old").isNull() | F.col("new").isNull() | ~same
     keys = [F.coalesce(F.col(f"_o{i}"), F.col(f"_n{i}")).alias(k) for i, k in enumerate(key)]
     return joined.where(differ).select(*keys, "old", "new")
@@ -81,43 +83,53 @@ def changes(old: DataFrame, new: DataFrame, key: list[str]) -> DataFrame:
 
 @dataclass(frozen=True)
 class _Place:
-    """The ``mapInArrow`` function of step 2 (pickled to the tasks)."""
+    """The Arrow UDF of step 2 (pickled to the tasks): the key columns in, the message key and its
+    target partition out. Only the key columns cross into Python; the rows stay in the JVM."""
 
-    key: tuple[str, ...]
     partitions: int
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, *columns: pa.Array) -> pa.Array:
         import pyarrow as pa
 
         from rewind.kafka.partitioner import partitions_for
 
-        for batch in batches:
-            columns = [batch.column(k).to_pylist() for k in self.key]
-            kb = [key_text(values) for values in zip(*columns, strict=True)]
-            crc = zlib.crc32
-            arrays = [
-                *batch.columns,
-                pa.array(kb, pa.binary()),
-                pa.array(partitions_for(kb, self.partitions), pa.int32()),
-                pa.array([crc(k) % BUCKETS for k in kb], pa.int32()),
-            ]
-            names = [*batch.schema.names, KEY_BYTES, PARTITION, BUCKET]
-            yield pa.RecordBatch.from_arrays(arrays, names=names)
+        kb = key_texts(columns)
+        parts = partitions_for(kb.to_numpy(zero_copy_only=False).tolist(), self.partitions)
+        return pa.StructArray.from_arrays([kb, pa.array(parts, pa.int32())], names=["k", "p"])
+
+
+def key_texts(columns: tuple[pa.Array, ...]) -> pa.Array:
+    """:func:`rewind.kafka.compensation.key_text` of each row, as a binary column: a single text
+    or integer key column by Arrow's cast (the same text as ``str``), anything else row by row."""
+    import pyarrow as pa
+
+    if len(columns) == 1:
+        kind = columns[0].type
+        if columns[0].null_count == 0 and (
+            pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)
+        ):
+            return columns[0].cast(pa.string()).cast(pa.binary())
+    rows = zip(*(c.to_pylist() for c in columns), strict=True)
+    return pa.array([key_text(values) for values in rows], pa.binary())
 
 
 def placed(diff: DataFrame, key: list[str], partitions: int) -> DataFrame:
-    """Step 2 of the module docstring."""
-    from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+    """Step 2 of the module docstring: the key's text and partition by an Arrow UDF over the key
+    columns; the bucket by Spark's ``crc32`` (zlib's)."""
+    import warnings
 
-    schema = StructType(
-        [
-            *diff.schema.fields,
-            StructField(KEY_BYTES, BinaryType(), False),
-            StructField(PARTITION, IntegerType(), False),
-            StructField(BUCKET, IntegerType(), False),
-        ]
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import ArrowUDFType
+
+    with warnings.catch_warnings():  # "prefer type hints": a callable object has none to give
+        warnings.simplefilter("ignore", UserWarning)
+        place = F.arrow_udf(_Place(partitions), "k binary, p int", ArrowUDFType.SCALAR)
+    return diff.withColumn(_PLACE, place(*[F.col(k) for k in key])).select(
+        *[F.col(c) for c in diff.columns],
+        F.col(f"{_PLACE}.k").alias(KEY_BYTES),
+        F.col(f"{_PLACE}.p").alias(PARTITION),
+        (F.crc32(F.col(f"{_PLACE}.k")) % BUCKETS).cast("int").alias(BUCKET),
     )
-    return diff.mapInArrow(_Place(tuple(key), partitions), schema)  # type: ignore[arg-type]
 
 
 def bucket_counts(df: DataFrame) -> list[tuple[int, int, int, int, int]]:
@@ -136,15 +148,23 @@ def bucket_counts(df: DataFrame) -> list[tuple[int, int, int, int, int]]:
     return sorted((r[PARTITION], r[BUCKET], r["n"], r["old"], r["new"]) for r in rows)
 
 
+MessagesOf = Callable[["pa.RecordBatch", "pa.Array", "pa.Array"], Messages]
+"""The job's message encoder: changes (key columns, ``old``, ``new``), their message keys and
+partitions → the :class:`~rewind.kafka.compensation.Messages` to produce."""
+
+
 @dataclass(frozen=True)
 class _Produce:
     """The ``mapInArrow`` function of step 4: sorted changes in, one result row per unit out."""
 
     writer: UnitWriter
+    messages: MessagesOf
     unit_ids: tuple[str, ...]
     done: frozenset[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+
         clock = dict.fromkeys(TASK_STEPS, 0.0)
         current: int | None = None
         unit: Any = None
@@ -153,31 +173,34 @@ class _Produce:
             while True:
                 t0 = time.perf_counter()
                 batch = next(it, None)
-                t1 = time.perf_counter()
-                clock["wait"] += t1 - t0
+                clock["wait"] += time.perf_counter() - t0
                 if batch is None:
                     break
-                units = batch.column(UNIT).to_pylist()
-                rows = batch.select([*self.writer.key, "old", "new"]).to_pylist()
-                keys = batch.column(KEY_BYTES).to_pylist()
-                parts = batch.column(PARTITION).to_pylist()
-                clock["rows"] += time.perf_counter() - t1
-                start = 0
-                for i in range(len(units) + 1):
-                    if i < len(units) and units[i] == current:
+                units = batch.column(UNIT).to_numpy(zero_copy_only=False)
+                cuts = [0, *(np.flatnonzero(units[1:] != units[:-1]) + 1).tolist(), len(units)]
+                changes = batch.select([*self.writer.key, "old", "new"])
+                for start, end in itertools.pairwise(cuts):
+                    if start == end:
                         continue
-                    if unit is not None and start < i:
+                    if int(units[start]) != current:
+                        if unit is not None:
+                            yield self._finish(unit, clock)
+                        current = int(units[start])
                         t0 = time.perf_counter()
-                        unit.produce(rows[start:i], keys[start:i], parts[start:i])
-                        clock["produce"] += time.perf_counter() - t0
-                    if i == len(units):
-                        break
-                    if unit is not None:
-                        yield self._finish(unit, clock)
-                    current, start = units[i], i
+                        unit = self._open(current)
+                        clock["open"] += time.perf_counter() - t0
+                    if isinstance(unit, _Skipped):
+                        continue
                     t0 = time.perf_counter()
-                    unit = self._open(current)
-                    clock["open"] += time.perf_counter() - t0
+                    messages = self.messages(
+                        changes.slice(start, end - start),
+                        batch.column(KEY_BYTES).slice(start, end - start),
+                        batch.column(PARTITION).slice(start, end - start),
+                    )
+                    t1 = time.perf_counter()
+                    unit.produce(messages)
+                    clock["encode"] += t1 - t0
+                    clock["produce"] += time.perf_counter() - t1
             if unit is not None:
                 yield self._finish(unit, clock)
                 unit = None
@@ -253,6 +276,7 @@ def run_units(
     unit_of: dict[tuple[int, int], int],
     unit_ids: list[str],
     writer: UnitWriter,
+    messages: MessagesOf,
     done: frozenset[str],
     tasks: int,
 ) -> list[tuple[str, int, dict[str, int], bool, dict[str, float]]]:
@@ -271,7 +295,7 @@ def run_units(
     )
     with_unit = df.join(F.broadcast(lookup), [PARTITION, BUCKET])
     ordered = with_unit.repartition(max(1, tasks), UNIT).sortWithinPartitions(UNIT, KEY_BYTES)
-    produce: Any = _Produce(writer, tuple(unit_ids), done)
+    produce: Any = _Produce(writer, messages, tuple(unit_ids), done)
     try:
         rows = ordered.mapInArrow(produce, RESULT_SCHEMA).collect()
     except Exception as exc:
