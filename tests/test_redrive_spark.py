@@ -123,3 +123,51 @@ def test_spark_redrives_as_the_driver_does(
         return sorted(tuple(r[k] for k in keep) for r in rows if r["unit_id"] == done[side]["redrive"])
 
     assert left("spark") == left("driver") and len(left("driver")) == 2
+
+
+def _latest_by_dicts(rows: Any, reason: Any, resolved: dict[Any, str]) -> list[dict[str, Any]]:
+    """The choice of entries written plainly, one Python dict per entry (the reference)."""
+    from rewind.job.redrive import NOT_RECORDS, REDRIVE_PREFIX
+
+    out: dict[Any, dict[str, Any]] = {}
+    for r in sorted(rows.to_pylist(), key=lambda r: (r["at"], r["unit_id"].startswith(REDRIVE_PREFIX))):
+        if r["stage"] not in NOT_RECORDS:
+            out[(r["topic"], r["partition"], r["offset"])] = r
+    latest = [out[k] for k in sorted(out) if k not in resolved or out[k]["unit_id"] == resolved[k]]
+    return [r for r in latest if reason is None or reason in f"{r['stage']}: {r['reason']}"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_latest_entries_are_picked_as_one_dict_per_entry_would(seed: int) -> None:
+    """Ties in time, re-drive entries after the run's, merge rows left out, records a committed
+    re-drive resolved, a reason filter: the Arrow choice equals the plain one."""
+    import random
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow as pa
+
+    from rewind.job.redrive import _latest
+    from rewind.translate.quarantine import QUARANTINE_SCHEMA
+
+    rnd = random.Random(seed)
+    t0 = datetime(2026, 11, 27, tzinfo=UTC)
+    n = rnd.randint(0, 300)
+    units = ["orders-0-0", "orders-1-0", "redrive-2-aaaa", "redrive-3-bbbb", "merge"]
+    data: dict[str, list[Any]] = {f.name: [] for f in QUARANTINE_SCHEMA}
+    for _ in range(n):
+        unit = rnd.choice(units)
+        data["run_id"].append("r")
+        data["unit_id"].append(unit)
+        data["topic"].append(rnd.choice(["a", "b", "é"]))
+        data["partition"].append(rnd.randint(0, 2))
+        data["offset"].append(rnd.randint(0, 20))
+        data["timestamp"].append(t0)
+        data["key"].append(None)
+        data["value"].append(b"v")
+        data["stage"].append("merge" if unit == "merge" else rnd.choice(["decode", "translate-error"]))
+        data["reason"].append(rnd.choice(["bad", "unlucky"]))
+        data["at"].append(t0 + timedelta(seconds=rnd.randint(0, 3)))
+    rows = pa.Table.from_pydict(data, schema=QUARANTINE_SCHEMA)
+    resolved = {("a", p, o): rnd.choice(units[2:4]) for p in range(3) for o in range(0, 20, 3)}
+    for reason in (None, "unlucky", "decode"):
+        assert _latest(rows, reason, resolved) == _latest_by_dicts(rows, reason, resolved)

@@ -143,13 +143,35 @@ def _latest(
 ) -> list[dict[str, Any]]:
     """One entry per quarantined source record still in quarantine, its latest (a record a
     committed re-drive processed is out, unless that re-drive quarantined it again); a reason
-    filter applies to the latest entry."""
-    out: dict[tuple[str, int, int], dict[str, Any]] = {}
-    for r in sorted(rows.to_pylist(), key=lambda r: (r["at"], r["unit_id"].startswith(REDRIVE_PREFIX))):
-        if r["stage"] in NOT_RECORDS:
-            continue
-        out[(r["topic"], r["partition"], r["offset"])] = r
-    latest = [out[k] for k in sorted(out) if k not in resolved or out[k]["unit_id"] == resolved[k]]
+    filter applies to the latest entry. The latest entry of each record (by ``at``, a re-drive's
+    after the run's at the same time, then the later read) is picked with Arrow's sort; only
+    the picked entries become Python dicts, in (topic, partition, offset) order."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = rows.filter(pc.invert(pc.is_in(rows.column("stage"), pa.array(NOT_RECORDS, pa.string()))))
+    order = pa.table(
+        {
+            "topic": rows.column("topic"),
+            "partition": rows.column("partition"),
+            "offset": rows.column("offset"),
+            "at": rows.column("at"),
+            "again": pc.starts_with(rows.column("unit_id"), REDRIVE_PREFIX),
+            "read": pa.array(np.arange(rows.num_rows)),
+        }
+    ).sort_by([(c, "ascending") for c in ("topic", "partition", "offset", "at", "again", "read")])
+    at = order.column("read").to_numpy()
+    record = [order.column(c).to_numpy(zero_copy_only=False) for c in ("topic", "partition", "offset")]
+    last = np.ones(len(at), dtype=bool)  # the last row of each record's run of rows
+    if len(at) > 1:
+        last[:-1] = np.logical_or.reduce([c[1:] != c[:-1] for c in record])
+    picked = rows.take(pa.array(at[last], pa.int64())).to_pylist()
+    latest = [
+        r
+        for r in picked
+        if (k := (r["topic"], r["partition"], r["offset"])) not in resolved or r["unit_id"] == resolved[k]
+    ]
     if reason is not None:
         latest = [r for r in latest if reason in f"{r['stage']}: {r['reason']}"]
     return latest
@@ -280,13 +302,17 @@ def _in_spark(
     settings: Settings, table: str, ctx: Any, latest: list[dict[str, Any]]
 ) -> tuple[list[str], list[str], Any]:
     """Step 3 in Spark tasks: the chosen entries' bytes read by Spark from the quarantine's
-    files (the run's rows joined with the chosen entries), processed and written in the tasks."""
+    files that may hold the run's rows (pyiceberg prunes them by their ``run_id`` bounds), the
+    run's rows joined with the chosen entries, processed and written in the tasks."""
     import pyarrow as pa
+    import pyiceberg.expressions as e
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     from rewind.catalog import load_catalog
-    from rewind.sinks.iceberg.read import read_iceberg
+    from rewind.core.store import WarehouseStore
     from rewind.spark import session
+    from rewind.spark.parquet_files import read_parquet_files
     from rewind.spark.redrive_stage import run_redrive
     from rewind.spark.session import default_parallelism
 
@@ -301,10 +327,17 @@ def _in_spark(
             "at": pa.array([r["at"] for r in latest], pa.timestamp("us", tz="UTC")),
         }
     )
-    rows = read_iceberg(spark, load_catalog(settings).load_table(table)).where(F.col("run_id") == ctx.run_id)
+    q = load_catalog(settings).load_table(table)
+    eq: Any = e.EqualTo
+    tasks = list(q.scan(row_filter=eq("run_id", ctx.run_id)).plan_files())
+    if any(t.delete_files for t in tasks):
+        raise RedriveError(f"{table} has row-level delete files; compact it before a re-drive")
+    store = WarehouseStore.from_catalog_properties(q.io.properties)
+    schema = from_arrow_schema(q.schema().as_arrow())
+    files = read_parquet_files(spark, [t.file.file_path for t in tasks], schema, store=store)
+    rows = files.where(F.col("run_id") == ctx.run_id)
     entries = rows.join(spark.createDataFrame(chosen), on=names, how="inner")
-    tasks = max(default_parallelism(spark), -(-len(latest) // 100_000))
-    return run_redrive(entries, ctx, tasks)
+    return run_redrive(entries, ctx, max(default_parallelism(spark), -(-len(latest) // 100_000)))
 
 
 def _recorded(sink: Any, staging: Any, run_id: str, unit_id: str) -> dict[str, Any]:
