@@ -80,7 +80,8 @@ def _table_summary(facts: dict[str, Any]) -> dict[str, Any]:
         p: {"entities": n, "skipped": p in skipped, "stuck": stuck.get(p)}
         for p, n in (facts.get("placement") or {}).items()
     }
-    keys = ("label", "key", "selection", "selected", "topic", "partitions", "partitioner")
+    keys: tuple[str, ...] = ("label", "key", "selection", "selected", "topic", "partitions", "partitioner")
+    keys += ("states", "entities")  # a reconstruction's
     return {
         **{k: facts.get(k) for k in keys},
         "ranges": len(facts.get("ranges") or []),
@@ -88,10 +89,17 @@ def _table_summary(facts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _selected(t: dict[str, Any]) -> str:
+    """``N entities``, or for a reconstruction ``N states of M entities``."""
+    if t.get("states") is not None:
+        return f"{t['states']:,} states of {t['entities']:,} entities"
+    return f"{t['selected'] or 0:,} entities"
+
+
 def _render_table_plan(console: Console, d: dict[str, Any]) -> None:
     t = d["table"]
     console.print(
-        f"[bold]plan {d['plan_id']}[/] for {d['name']}: {t['selected'] or 0:,} entities of {t['label']} "
+        f"[bold]plan {d['plan_id']}[/] for {d['name']}: {_selected(t)} of {t['label']} "
         f"({t['selection']}) in {t['ranges']} key ranges → {t['topic']}"
         + (f", {t['partitions']} partitions by {t['partitioner']}" if t["partitions"] else "")
     )

@@ -138,8 +138,8 @@ def sample(
         return
     states = rows_table(first)
     whole, _rest = split_last_entity(states, table.key)
-    if whole.num_rows:  # an entity cut by the sample's end would be paired from part of its history
-        states = whole
+    if whole.num_rows and states.num_rows >= SAMPLE_STATES:
+        states = whole  # an entity the sample's end may cut would be paired from part of its history
     problem = _columns_problem(states, spec)
     if problem is not None:
         out.output = (None, [("transition", False, problem)])
