@@ -184,10 +184,11 @@ class RemotePacer:
 
 
 def needs_pace_server(spark: SparkSession) -> bool:
-    """Whether tasks may run on more than one host (any master but ``local``)."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return True
-    return not (spark.sparkContext.master or "").startswith("local")
+    """Whether tasks may run on more than one host (any master but ``local``; a Connect
+    server's master as its conf says)."""
+    from rewind.spark.topology import master
+
+    return not master(spark).startswith("local")
 
 
 @contextlib.contextmanager

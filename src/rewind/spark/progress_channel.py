@@ -15,12 +15,13 @@ listener the driver opens for the run (:func:`open_listener`):
   only leaves the driver with the counts it had. These numbers are for people and metrics
   only; what a wave commits comes from its tasks' results.
 
-Where the tasks send: on a ``local`` master, the loopback. On a cluster, the driver's host as
-Spark knows it (``spark.driver.host``), with the listener on ``spark.driver.bindAddress`` (or
-every interface) and a port the system picks: executors must be able to send UDP to the
-driver, as they already reach it over TCP. Under Spark Connect the client is not the driver;
-its host name is the best guess, and when executors cannot reach it the counts move only when
-a wave commits.
+Where the tasks send: on a ``local`` master, the loopback (under Spark Connect too, when the
+server is on this host: ``sc://127.0.0.1``). On a cluster, the driver's host as Spark knows it
+(``spark.driver.host``), with the listener on ``spark.driver.bindAddress`` (or every
+interface) and a port the system picks: executors must be able to send UDP to the driver, as
+they already reach it over TCP. Under Spark Connect on another host the client is not the
+driver; its host name is the best guess, and when the tasks cannot reach it the counts move
+only when a wave commits.
 """
 
 from __future__ import annotations
@@ -238,11 +239,12 @@ def open_listener(spark: SparkSession) -> ProgressListener:
 
 def driver_addresses(spark: SparkSession) -> tuple[str, str]:
     """(address to bind, host the tasks send to) for this session's executors."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return "0.0.0.0", socket.getfqdn()  # Spark Connect: the client is not the driver
-    context = spark.sparkContext
-    if (context.master or "").startswith("local"):
+    from rewind.spark.topology import is_connect, tasks_on_this_host
+
+    if tasks_on_this_host(spark):  # a local master here, classic or behind a Connect server
         return "127.0.0.1", "127.0.0.1"
-    conf = context.getConf()
+    if is_connect(spark):
+        return "0.0.0.0", socket.getfqdn()  # the client is not the driver: its name is the best guess
+    conf = spark.sparkContext.getConf()
     host = conf.get("spark.driver.host") or socket.getfqdn()
     return conf.get("spark.driver.bindAddress") or "0.0.0.0", host

@@ -132,8 +132,7 @@ def _data_sources() -> list[type[DataSource]]:
 
 
 def default_parallelism(spark: SparkSession) -> int:
-    """How many tasks keep the cluster busy; Spark Connect has no SparkContext to ask."""
-    try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:
-        return os.cpu_count() or 2
+    """How many tasks keep the cluster busy (:func:`rewind.spark.topology.default_parallelism`)."""
+    from rewind.spark.topology import default_parallelism as asked
+
+    return asked(spark)

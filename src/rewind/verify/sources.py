@@ -214,8 +214,9 @@ def read_postgres(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = from_arrow_schema(final)
-    master = spark.conf.get("spark.master", "local") or "local"
-    if not master.startswith("local"):  # executors cannot see the driver's file: go through the driver
+    from rewind.spark.topology import tasks_on_this_host
+
+    if not tasks_on_this_host(spark):  # the tasks cannot see this host's file: send the rows
         return spark.createDataFrame(pq.read_table(parquet_path).to_pandas(), schema)
     return spark.read.schema(schema).parquet(str(parquet_path))
 
