@@ -41,6 +41,12 @@ The batch's end offsets come from the query's offset log (written by Spark befor
 runs), so the committed high-water is exact even when a batch ends on transaction markers.
 A replayed batch (killed after the commit, before Spark's own commit) keeps only records at
 or above the table's high-water. The checkpoint is scratch: every start begins from the table.
+
+Under Spark Connect ``foreachBatch`` runs in a Python process of the server, not in the
+client: the runner is pickled there without its session and catalog (the batch's own session
+and a catalog loaded from the settings take their place), and the client learns what it
+committed from the table, whose snapshots of this stream's micro-batches it reads
+(:meth:`ContinuousArchive.refresh`).
 """
 
 from __future__ import annotations
@@ -71,9 +77,15 @@ from rewind.history.exceptions import (
     HistoryError,
 )
 from rewind.history.schema import (
+    LOST_PROPERTY,
+    PASS_PROPERTY,
+    RANGES_PROPERTY,
+    RECORDS_PROPERTY,
+    SKIPPED_PROPERTY,
     TP,
     archive_state,
     open_archive,
+    summary_properties,
 )
 
 if TYPE_CHECKING:
@@ -153,13 +165,33 @@ class ContinuousArchive:
         checkpoint: Path,
         initial: dict[TP, int],
     ) -> None:
-        self.spark, self.settings, self.catalog = spark, settings, catalog
+        from rewind.spark.topology import is_connect
+
+        self.spark: SparkSession | None = spark
+        self.settings = settings
+        self._catalog: Catalog | None = catalog
         self.topics, self.table = list(topics), table
         self.checkpoint = checkpoint
         self.initial = initial
         self.results: list[PassResult] = []
         self.query: StreamingQuery | None = None
         self.stream_id = uuid.uuid4().hex[:8]
+        self.remote = is_connect(spark)
+
+    def __getstate__(self) -> dict[str, object]:
+        """What ``foreachBatch`` needs on a Spark Connect server: plain data, no session, no
+        catalog connection, no query."""
+        state = dict(self.__dict__)
+        state.update(spark=None, _catalog=None, query=None, results=[])
+        return state
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            from rewind.catalog import load_catalog
+
+            self._catalog = load_catalog(self.settings)
+        return self._catalog
 
     def _batch_bounds(self, batch_id: int) -> tuple[dict[TP, int], dict[TP, int]]:
         end = _offset_log(self.checkpoint, batch_id)
@@ -215,11 +247,66 @@ class ContinuousArchive:
         written = Written()
         if archive_pass.offsets:
             written = write_ranges(
-                self.spark, self.settings, archive_pass, data_folder(table), source=df, floors=floors
+                df.sparkSession, self.settings, archive_pass, data_folder(table), source=df, floors=floors
             )
         result = commit_pass(self.catalog, table, archive_pass, written, started=started)
         if result.committed:
             self.results.append(result)
+
+    def refresh(self) -> list[PassResult]:
+        """:attr:`results`, brought up to date. Under Spark Connect the micro-batches are
+        committed in the server, so their results are read from the table: its snapshots of
+        this stream, with the gap rows each recorded (the seconds a batch took stay unknown)."""
+        if not self.remote:
+            return self.results
+        from pyiceberg.table.snapshots import ancestors_of
+
+        table = open_archive(self.catalog, self.table)
+        seen = {r.pass_id for r in self.results}
+        found = []
+        for snap in ancestors_of(table.current_snapshot(), table.metadata):
+            props = summary_properties(snap)
+            pass_id = props.get(PASS_PROPERTY, "")
+            if pass_id in seen:
+                break  # older snapshots were read before
+            if pass_id.startswith(f"{self.stream_id}-b"):
+                found.append(self._committed(snap.snapshot_id, pass_id, props))
+        self.results.extend(reversed(found))
+        return self.results
+
+    def _committed(self, snapshot_id: int, pass_id: str, props: dict[str, str]) -> PassResult:
+        from pyiceberg.expressions import EqualTo
+
+        from rewind.history.schema import GAPS_SUFFIX
+
+        gaps: list[dict[str, object]] = []
+        if self.catalog.table_exists(self.table + GAPS_SUFFIX):
+            recorded = self.catalog.load_table(self.table + GAPS_SUFFIX)
+            gaps = recorded.scan(row_filter=EqualTo("pass_id", pass_id)).to_arrow().to_pylist()
+        ranges = json.loads(props.get(RANGES_PROPERTY) or "{}")
+        partitions = {}
+        for key, (start, end) in ranges.items():
+            skipped = sum(
+                int(g["end_offset"]) - int(g["start_offset"])  # type: ignore[call-overload]
+                for g in gaps
+                if g["kind"] == "skipped" and f"{g['topic']}/{g['partition']}" == key
+            )
+            partitions[key] = {"from": start, "to": end, "records": end - start - skipped, "skipped": skipped}
+        return PassResult(
+            pass_id,
+            self.table,
+            "continuous",
+            True,
+            snapshot_id,
+            int(props.get(RECORDS_PROPERTY, "0")),
+            int(props.get(SKIPPED_PROPERTY, "0")),
+            len(gaps),
+            json.loads(props.get(LOST_PROPERTY) or "[]"),
+            int(props.get("added-data-files", "0")),
+            partitions,
+            0.0,
+            ["committed by the Spark Connect server; its seconds are not known to the client"],
+        )
 
     def hw(self) -> dict[TP, int]:
         return dict(archive_state(open_archive(self.catalog, self.table)).hw)

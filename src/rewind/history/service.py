@@ -69,7 +69,7 @@ def run_archive(
                 assert runner.query is not None
                 if runner.query.exception() is not None or not runner.query.isActive:
                     break
-                for result in runner.results[shown:]:
+                for result in runner.refresh()[shown:]:
                     console.archive_committed(result.to_dict())
                 shown = len(runner.results)
                 time.sleep(0.5)
@@ -80,7 +80,7 @@ def run_archive(
             runner.stop()
         if error is not None:
             raise HistoryError(f"continuous archive of {table} failed: {str(error).splitlines()[0]}")
-        for result in runner.results[shown:]:
+        for result in runner.refresh()[shown:]:
             console.archive_committed(result.to_dict())
         out["passes"] = [r.to_dict() for r in runner.results]
     out["records"] = sum(p["records"] for p in out["passes"])
