@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from rewind.core.console import QUIET, Console, RunProgress
 from rewind.core.counts import RecordCounts
 from rewind.errors import RewindError, error_line
-from rewind.job import kafka_loads, reproduce, task_loads
+from rewind.job import kafka_loads, quarantine_guard, reproduce, task_loads
 from rewind.job.event_wave import run_event_wave
 from rewind.job.finalize import finalize_run
 from rewind.job.live import LiveProgress
@@ -147,8 +147,9 @@ def execute(
 
     ``timings`` (``rewind rehearse``) hears one entry per wave: its units, records,
     seconds in Spark (read, decode, translate, write in the tasks) and seconds of its commits."""
-    from rewind.job.components import make_sink
+    from rewind.job.components import make_sink, quarantine_table
     from rewind.ledger import LeaseHeld
+    from rewind.openlineage.jobs import JobRun
 
     spec = plan.job_spec()
     started = time.monotonic()
@@ -165,6 +166,7 @@ def execute(
     )
     units = {u.id: u for u in plan.units}
     run = _RunContext()
+    lineage = JobRun(settings, spec, plan.plan_id, run_id, quarantine_table(spec)).start()  # docs/lineage.md
     try:
         with contextlib.ExitStack() as held:
             held.callback(live.close)
@@ -208,6 +210,7 @@ def execute(
                     run.pending = {u.unit_id for u in ledger.pending_units(run_id)}
                 elif isinstance(stage, RunWave):
                     assert run.keeper is not None
+                    run.before = ledger.unit_counts(run_id).counts  # the guard looks at this attempt's
                     run.keeper.check()  # fenced: a lost lease stops the run before it writes again
                     wave = [units[uid] for uid in stage.unit_ids if uid in run.pending]
                     if not wave:  # the reconcile found all of it in the sink already
@@ -237,8 +240,10 @@ def execute(
                     if after_commit is not None:
                         after_commit([u.id for u in wave])
                     live.committed(_progress(ledger, plan, run_id, started))
+                    lineage.wave(ledger.unit_counts(run_id).counts.to_dict(), run.bytes_read)
                 elif isinstance(stage, MergeRows):
                     assert run.staging is not None
+                    quarantine_guard.enforce(ledger, spec.guards, run_id, run.before)  # stops a bad run
                     run.merged = merge_run(
                         settings, ledger, plan, sink, run.staging, run_id, run.quarantine(), run.parts
                     )
@@ -251,21 +256,27 @@ def execute(
                     if run.parts is not None:  # folded into the sink: the partial rows are not needed
                         run.parts[0].cleanup(run.parts[1])
                 elif isinstance(stage, Conclude):
-                    return _conclude(ledger, plan, run_id, run, started)
+                    outcome = _conclude(ledger, plan, run_id, run, started)
+                    lineage.complete(outcome.counts.to_dict(), run.bytes_read, outcome.staging)
+                    return outcome
         raise AssertionError("the stages of a run end with Conclude")  # plan_stages guarantees it
     except LeaseHeld as exc:
         # nothing ran; a new run fails, a run another process holds is not ours to change
         if ledger.get_run(run_id).state == "planned":
             ledger.set_state(run_id, "refused", error=error_line(exc))
+        lineage.fail(exc)
         raise
     except KeyboardInterrupt:
         ledger.set_state(run_id, "interrupted", error=INTERRUPTED)
+        lineage.abort()
         raise
     except Exception as exc:
         if interrupts.seen:  # Ctrl-C cancelled Spark's job, whose error surfaced here instead
             ledger.set_state(run_id, "interrupted", error=INTERRUPTED)
+            lineage.abort()
             raise KeyboardInterrupt from exc
         ledger.set_state(run_id, "failed", error=error_line(exc))
+        lineage.fail(exc)
         raise
 
 
@@ -296,6 +307,8 @@ class _RunContext:
 
     def quarantine(self) -> tuple[IcebergSink, IcebergStaging]:
         assert self.qsink is not None and self.qstaging is not None, "PrepareStaging runs first"
+    before: RecordCounts = field(default_factory=RecordCounts)
+    """The counts of the units done before this execution's waves (:mod:`rewind.job.quarantine_guard`)."""
         return self.qsink, self.qstaging
 
 

@@ -6,11 +6,13 @@ load one with :func:`rewind.spec.load_spec`) and call these functions.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.console import QUIET, Console
 from rewind.errors import RewindError
+from rewind.job import quarantine_guard
 from rewind.job.merge import recorded_merge
 from rewind.job.plan import JobPlan, PlanRefused, build_plan
 from rewind.job.run_status import shown_state
@@ -133,7 +135,13 @@ def resume_job(
         plan = usable_plan(settings, ledger, run.plan_id, spec=spec, how=how)
         _check_broker(settings, plan)
         ledger.audit(run_id, "resume", {"from_state": run.state})
+        changed: dict[str, Any] = {}
+        if spec is not None:  # the quarantine guard is the one thing a resume may change
+            spec, changed = quarantine_guard.guard_change(spec, load_plan(ledger, run.plan_id).spec)
         return execute(
+        if changed:
+            plan = dataclasses.replace(plan, spec=quarantine_guard.with_guards(plan.spec, changed))
+            ledger.audit(run_id, "guard-changed", changed)
             settings, ledger, plan, run_id, console=console, units_per_wave=units_per_wave, timings=timings
         )
 
