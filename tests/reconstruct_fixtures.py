@@ -194,3 +194,12 @@ def policy_row(rows: pd.DataFrame) -> pd.DataFrame:
             "effective_from": pd.to_datetime(rows["effective_from"], utc=True, format="ISO8601"),
         }
     )
+
+
+def policy_events_premium_bug(pairs: pd.DataFrame) -> TranslateResult:
+    """:func:`policy_events` with a bug in one type: every PremiumChanged carries one more."""
+    out = policy_events(pairs)
+    rows = out.rows
+    wrong = rows["type"] == "PremiumChanged"
+    rows.loc[wrong, "premium"] = rows.loc[wrong, "premium"] + 1
+    return TranslateResult(rows=rows, rejects=out.rejects)

@@ -299,3 +299,28 @@ def test_a_re_produce_carries_the_lineage_section(settings: Settings, spark: Any
         assert r.headers["rewind.source-system"] == "legacy-policies"
         when = datetime.fromisoformat(r.headers["rewind.effective-time"].replace("Z", "+00:00"))
         assert when == first[int(r.key)]
+
+
+def test_the_outcome_check_names_the_event_type_that_is_wrong(
+    settings: Settings, spark: Any, tmp_path: Path
+) -> None:
+    """A transition whose PremiumChanged events are off by one: the verification fails, and its
+    per-type report shows the mismatches among the entities with a PremiumChanged, while the
+    policies that never changed premium match."""
+    from rewind.verify.service import verify_run
+
+    history = rx.random_history(random.Random(8), 60, 5)
+    url = rx.sqlite_history(tmp_path / "legacy.db", history)
+    spec = rx.spec("reconstruct-bug", _history_source(url), _topic(settings))
+    spec["translate"]["transition"] = "tests.reconstruct_fixtures:policy_events_premium_bug"
+    _plan, outcome, records = _run(settings, spec)
+    report = verify_run(settings, outcome.run_id)
+    assert not report["passed"] and report["failed"] == ["outcome"]
+    changed = {r.key for r in records if r.value["type"] == "PremiumChanged"}
+    assert changed and report["by_type"]["PremiumChanged"]["entities"] == len(changed)
+    assert report["by_type"]["PremiumChanged"]["matched"] == 0
+    assert report["mismatched"] == len(changed) and report["matched"] == 60 - len(changed)
+    bound = report["by_type"]["PolicyBound"]
+    assert (bound["matched"], bound["mismatched"]) == (60 - len(changed), len(changed))
+    example = report["examples"][0]
+    assert example["replayed"]["premium"] == example["source"]["premium"] + 1
