@@ -21,6 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
     ("catalog", "kafka"),
     ("spec", "ledger"),
+    ("groups", "dualwrite", "openlineage"),
     ("groups", "dualwrite"),
     ("translate",),
     ("spark",),

@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.console import QUIET, Console
 from rewind.history.exceptions import HistoryError
+from rewind.openlineage import commands as lineage
+from rewind.openlineage.runs import emits
 
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.history.plan import Prefer
 
 
+@emits(lineage.archive, lineage.archived)
 def run_archive(
     settings: Settings,
     topics: Sequence[str],

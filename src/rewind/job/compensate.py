@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rewind.errors import RewindError
 from rewind.kafka.compensation import MARKER_HEADER, MARKER_KEY
+from rewind.openlineage import commands as lineage
+from rewind.openlineage.runs import emits
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -90,6 +92,7 @@ class CompensateRefused(RewindError):
     """The run cannot be compensated (not verified, not an Iceberg read model with a key...)."""
 
 
+@emits(lineage.compensate, lineage.compensated)
 def compensate_run(
     settings: Settings,
     run_id: str,

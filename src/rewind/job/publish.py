@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.errors import RewindError
+from rewind.openlineage import commands as lineage
+from rewind.openlineage.runs import emits
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -76,6 +78,7 @@ def _merged(ledger: Ledger, run_id: str) -> bool:
     return load_plan(ledger, ledger.get_run(run_id).plan_id).job_spec().merge is not None
 
 
+@emits(lineage.of_run("promote"), lineage.published)
 def promote_run(
     settings: Settings, run_id: str, force: bool = False, reason: str | None = None, rebase: bool = False
 ) -> dict[str, Any]:
@@ -141,6 +144,7 @@ def promote_run(
         }
 
 
+@emits(lineage.of_run("rollback"), lineage.published)
 def rollback_run(settings: Settings, run_id: str) -> dict[str, Any]:
     """Undo the last promotion of ``run_id``; completes an interrupted promote or rollback record."""
     from rewind.job.service import _ledger

@@ -16,6 +16,8 @@ from rewind.job import quarantine_guard
 from rewind.job.merge import recorded_merge
 from rewind.job.plan import JobPlan, PlanRefused, build_plan
 from rewind.job.run_status import shown_state
+from rewind.openlineage import commands as lineage
+from rewind.openlineage.runs import emits
 from rewind.job.runner import RunOutcome, execute, start_run
 from rewind.job.stages import Stage, default_wave_size, plan_stages
 
@@ -31,6 +33,7 @@ def open_ledger(settings: Settings) -> Ledger:
     from rewind.ledger import Ledger
 
     return Ledger.open(settings.ledger)
+@emits(lineage.plan, lineage.planned)
 
 
 def plan_job(settings: Settings, spec: JobSpec, ledger: Ledger | None = None) -> JobPlan:

@@ -32,6 +32,8 @@ from urllib.parse import urlparse
 from rewind.core.console import QUIET, Console
 from rewind.core.slices import SliceError, slice_units
 from rewind.errors import RewindError
+from rewind.openlineage import commands as lineage
+from rewind.openlineage.runs import emits
 from rewind.ops.throwaway import (
     RehearsalError,
     cleanup_targets,
@@ -53,6 +55,7 @@ SMALL_SLICE = 10_000
 """Below this many records a slice's rates are mostly fixed costs (said in the result's notes)."""
 
 
+@emits(lineage.rehearsal, parent=True)
 def rehearse(
     settings: Settings,
     spec: JobSpec,

@@ -29,6 +29,8 @@ from rewind.ledger.reconsumes import (
     not_handed_over,
     temp_group_name,
 )
+from rewind.openlineage import commands as lineage
+from rewind.openlineage.runs import emits
 from rewind.reconsume.exceptions import ReconsumeError, ReconsumeInputError, TemporaryGroupTaken
 from rewind.reconsume.plan import (
     DEFAULT_RATE,
@@ -208,6 +210,7 @@ def _record(settings: Settings, reconsume_id: str) -> tuple[ReconsumeRecord, Rec
     return record, ReconsumePlan.from_dict(record.plan)
 
 
+@emits(lineage.reconsume, phase="start")
 def start_reconsume(settings: Settings, reconsume_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
     """Commit the temporary group's start offsets and create the handover rows.
 
@@ -317,6 +320,7 @@ def status(settings: Settings, reconsume_id: str, *, timeout_s: float = 10.0) ->
     }
 
 
+@emits(lineage.reconsume, phase="finish")
 def finish_reconsume(settings: Settings, reconsume_id: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
     """Check every partition was handed over, delete the temporary group, record the end.
 

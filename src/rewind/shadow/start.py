@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.console import QUIET, Console
 from rewind.ledger.shadows import ShadowEvent
+from rewind.openlineage import commands as lineage
+from rewind.openlineage.runs import emits
 from rewind.shadow.exceptions import ShadowError
 from rewind.shadow.fold_check import check_fold_takes_own_rows
 from rewind.shadow.lag import PartitionLag, caught_up, sample
@@ -64,6 +66,7 @@ def checkpoint_dir(settings: Settings, name: str) -> str:
     return str(settings.state_path / "shadow" / name / "checkpoint")
 
 
+@emits(lineage.shadow, parent=True)
 def start_shadow(
     settings: Settings,
     spec: JobSpec,

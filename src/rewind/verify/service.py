@@ -26,6 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rewind.openlineage import commands as lineage
+from rewind.openlineage.runs import emits
 from rewind.spec import Verify
 from rewind.verify.exceptions import VerifyError
 
@@ -145,6 +147,7 @@ def _verify_outcome(
     return report
 
 
+@emits(lineage.of_run("verify"), lineage.verified)
 def verify_run(
     settings: Settings,
     run_id: str,
