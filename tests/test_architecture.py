@@ -22,7 +22,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("catalog", "kafka"),
     ("spec", "ledger"),
     ("groups", "dualwrite", "openlineage"),
-    ("groups", "dualwrite"),
     ("translate",),
     ("spark",),
     ("history", "tables"),
