@@ -13,6 +13,7 @@ import itertools
 import json
 import random
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -265,3 +266,51 @@ def test_a_fold_keeps_the_last_rows_source_system_and_effective_time() -> None:
     assert out["amount"].tolist() == [6.0, 4.0]
     assert out[EFFECTIVE_TIME].tolist() == [at[2], at[3]]
     assert out[SOURCE_SYSTEM].tolist() == ["orders-service"] * 2
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda s: s["source"]["table"].pop("reconstruct"),
+            "translate.transition: used only with source.table.reconstruct",
+        ),
+        (
+            lambda s: s["translate"].pop("transition") and s["translate"].update(function="m:f"),
+            "a reconstruction needs translate.transition",
+        ),
+        (lambda s: s["translate"].update(function="m:f"), "both function and transition given"),
+        (
+            lambda s: s["source"]["table"]["reconstruct"].update(key="other"),
+            "reconstruct.key: is not source.table.key",
+        ),
+        (
+            lambda s: s["source"]["table"]["reconstruct"].update(compare=["status"]),
+            "used only with mode: snapshots",
+        ),
+        (
+            lambda s: s["source"]["table"]["reconstruct"].update(tie=["effective_from"]),
+            "lists the business time column",
+        ),
+        (
+            lambda s: s.update(lineage={"effective_time_column": "effective_at"}),
+            "is source.table.reconstruct.time in a reconstruction",
+        ),
+    ],
+)
+def test_bad_specs_are_one_line(change: Any, message: str) -> None:
+    from rewind.errors import SpecError
+    from rewind.spec import parse_spec
+
+    source = {
+        "sqlite": {"url": "sqlite:///legacy.db", "table": "policy_history"},
+        "key": "policy_id",
+        "where": "TRUE",
+        "reconstruct": {"time": "effective_from", "tie": ["change_seq"]},
+    }
+    spec = rx.spec("bad", source, "policy-events")
+    parse_spec(spec)  # valid as it is
+    change(spec)
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec)
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
