@@ -268,13 +268,10 @@ class TableStageError(RewindError):
 
 
 def _parallelism(spark: SparkSession) -> int:
-    """How many tasks run at once (the default parallelism; the host's cores under Spark Connect)."""
-    import os
+    """How many tasks run at once (the default parallelism; a Connect server's, asked of it)."""
+    from rewind.spark.topology import default_parallelism
 
-    try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:  # Spark Connect has no SparkContext
-        return os.cpu_count() or 1
+    return default_parallelism(spark)
 
 
 def run_table_wave(
