@@ -208,9 +208,9 @@ def execute(
                             settings, ledger, run_id, unit_staging, qsink, qstaging, run.done_q  # type: ignore[arg-type]
                         )
                     run.pending = {u.unit_id for u in ledger.pending_units(run_id)}
+                    run.before = ledger.unit_counts(run_id).counts  # the guard looks at this attempt's
                 elif isinstance(stage, RunWave):
                     assert run.keeper is not None
-                    run.before = ledger.unit_counts(run_id).counts  # the guard looks at this attempt's
                     run.keeper.check()  # fenced: a lost lease stops the run before it writes again
                     wave = [units[uid] for uid in stage.unit_ids if uid in run.pending]
                     if not wave:  # the reconcile found all of it in the sink already
@@ -240,10 +240,10 @@ def execute(
                     if after_commit is not None:
                         after_commit([u.id for u in wave])
                     live.committed(_progress(ledger, plan, run_id, started))
+                    quarantine_guard.enforce(ledger, spec.guards, run_id, run.before)  # stops a bad run
                     lineage.wave(ledger.unit_counts(run_id).counts.to_dict(), run.bytes_read)
                 elif isinstance(stage, MergeRows):
                     assert run.staging is not None
-                    quarantine_guard.enforce(ledger, spec.guards, run_id, run.before)  # stops a bad run
                     run.merged = merge_run(
                         settings, ledger, plan, sink, run.staging, run_id, run.quarantine(), run.parts
                     )
@@ -298,6 +298,8 @@ class _RunContext:
     latest: dict[str, Any] = field(default_factory=dict)
     bytes_read: dict[str, int] = field(default_factory=dict)
     """Record bytes this execution read per source (``kafka``, ``archive``): a resume counts its own."""
+    before: RecordCounts = field(default_factory=RecordCounts)
+    """The counts of the units done before this execution's waves (:mod:`rewind.job.quarantine_guard`)."""
 
     def unit_target(self, sink: StagingSink[Any]) -> tuple[StagingSink[Any], Staging]:
         if self.parts is not None:
@@ -307,8 +309,6 @@ class _RunContext:
 
     def quarantine(self) -> tuple[IcebergSink, IcebergStaging]:
         assert self.qsink is not None and self.qstaging is not None, "PrepareStaging runs first"
-    before: RecordCounts = field(default_factory=RecordCounts)
-    """The counts of the units done before this execution's waves (:mod:`rewind.job.quarantine_guard`)."""
         return self.qsink, self.qstaging
 
 

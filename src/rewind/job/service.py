@@ -16,10 +16,10 @@ from rewind.job import quarantine_guard
 from rewind.job.merge import recorded_merge
 from rewind.job.plan import JobPlan, PlanRefused, build_plan
 from rewind.job.run_status import shown_state
-from rewind.openlineage import commands as lineage
-from rewind.openlineage.runs import emits
 from rewind.job.runner import RunOutcome, execute, start_run
 from rewind.job.stages import Stage, default_wave_size, plan_stages
+from rewind.openlineage import commands as lineage
+from rewind.openlineage.runs import emits
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -33,9 +33,9 @@ def open_ledger(settings: Settings) -> Ledger:
     from rewind.ledger import Ledger
 
     return Ledger.open(settings.ledger)
+
+
 @emits(lineage.plan, lineage.planned)
-
-
 def plan_job(settings: Settings, spec: JobSpec, ledger: Ledger | None = None) -> JobPlan:
     """Build the plan and store it in the ledger (the only write planning does).
 
@@ -135,16 +135,16 @@ def resume_job(
         if run.state in ("succeeded", "promoted", "rolled_back"):
             raise RewindError(f"run {run_id} is {run.state}; there is nothing to resume")
         how = f"the original spec (rewind resume {run_id} --spec SPEC)"
-        plan = usable_plan(settings, ledger, run.plan_id, spec=spec, how=how)
-        _check_broker(settings, plan)
-        ledger.audit(run_id, "resume", {"from_state": run.state})
         changed: dict[str, Any] = {}
         if spec is not None:  # the quarantine guard is the one thing a resume may change
             spec, changed = quarantine_guard.guard_change(spec, load_plan(ledger, run.plan_id).spec)
-        return execute(
+        plan = usable_plan(settings, ledger, run.plan_id, spec=spec, how=how)
         if changed:
             plan = dataclasses.replace(plan, spec=quarantine_guard.with_guards(plan.spec, changed))
             ledger.audit(run_id, "guard-changed", changed)
+        _check_broker(settings, plan)
+        ledger.audit(run_id, "resume", {"from_state": run.state})
+        return execute(
             settings, ledger, plan, run_id, console=console, units_per_wave=units_per_wave, timings=timings
         )
 

@@ -34,6 +34,24 @@ class Guards(_Model):
         ),
     )
 
+    max_quarantine_ratio: float | None = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description=(
+            "The run stops after a wave, failed with its top quarantine reasons, when the records "
+            "quarantined exceed this share of the records read (this attempt's units, once "
+            "`min_records_before_ratio` were read); `null` switches it off. `--accept-risk` does not "
+            "override it; `rewind resume RUN --spec SPEC` may change it."
+        ),
+    )
+    min_records_before_ratio: int = Field(
+        default=1000,
+        ge=0,
+        description="Records read before `max_quarantine_ratio` is checked (a share of a few says little).",
+    )
+
     @field_validator("max_bytes", mode="before")
     @classmethod
     def _bytes(cls, value: Any) -> Any:
