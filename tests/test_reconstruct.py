@@ -363,3 +363,17 @@ def test_an_iceberg_history_with_timestamps(settings: Settings, spark: Any) -> N
         got.setdefault(r.key, []).append((r.value["type"], r.headers["rewind.effective-time"][:10]))
     assert got == _expected_events(history)
     assert outcome.counts.records_read == len(history) == outcome.counts.emitted
+
+
+def test_the_plan_warns_about_states_ordered_only_by_reading(settings: Settings, tmp_path: Path) -> None:
+    from rewind.job.service import plan_job
+
+    history = rx.random_history(random.Random(3), 40, 6)
+    url = rx.sqlite_history(tmp_path / "legacy.db", history)
+    source = _history_source(url)
+    source["reconstruct"] = {"time": "effective_from"}  # no tie column: same-day changes tie
+    plan = plan_job(settings, parse_spec(rx.spec("ties", source, _topic(settings))))
+    assert plan.ok
+    assert any("tie with another state of their entity on effective_from" in n for n in plan.notes)
+    with_tie = plan_job(settings, parse_spec(rx.spec("no-ties", _history_source(url), _topic(settings))))
+    assert not any("tie with another state" in n for n in with_tie.notes)

@@ -81,7 +81,7 @@ def _table_summary(facts: dict[str, Any]) -> dict[str, Any]:
         for p, n in (facts.get("placement") or {}).items()
     }
     keys: tuple[str, ...] = ("label", "key", "selection", "selected", "topic", "partitions", "partitioner")
-    keys += ("states", "entities")  # a reconstruction's
+    keys += ("states", "entities", "sample")  # a reconstruction's
     return {
         **{k: facts.get(k) for k in keys},
         "ranges": len(facts.get("ranges") or []),

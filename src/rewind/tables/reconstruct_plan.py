@@ -176,6 +176,7 @@ def sample(
         detail += f"; {result.counts.quarantined} quarantined ({reasons})"
     if result.counts.filtered:
         detail += f"; {result.counts.filtered} unchanged"
+    _note_full_ties(out, states, spec)
     out.read_plan["table"]["sample"] = {
         "states": states.num_rows,
         "entities": entities_n,
@@ -306,3 +307,21 @@ def _events(states: pa.Table, transition: Any, spec: JobSpec, out: TablePlan) ->
     return reconstruct_batch(
         states, transition, order, ctx, 0, output_schema=user, name=spec.translate.transition
     )
+
+
+def _note_full_ties(out: TablePlan, states: pa.Table, spec: JobSpec) -> None:
+    """A note when sampled states of one entity tie on the business time and every tie column:
+    their order is the read order, which a database need not keep from one read to the next."""
+    table = spec.source.table
+    assert table is not None and table.reconstruct is not None
+    rec = table.reconstruct
+    if rec.mode != "history":
+        return
+    columns = [table.key, rec.time, *rec.tie]
+    tied = int(states.select(columns).to_pandas().duplicated().sum())
+    if tied:
+        ties = f"{rec.time} and {', '.join(rec.tie)}" if rec.tie else rec.time
+        out.notes.append(
+            f"warning: {tied} sampled states tie with another state of their entity on {ties}: they are "
+            "ordered as read; name a column that orders them in source.table.reconstruct.tie"
+        )

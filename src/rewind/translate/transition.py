@@ -178,7 +178,7 @@ def reconstruct_batch(
                 f"return each event's type there (source.table.reconstruct.type_column)"
             )
         types = events[order.type_column]
-        untyped = types.isna().to_numpy(dtype=bool) | (types.astype(str) == "").to_numpy(dtype=bool)
+        untyped = types.isna().to_numpy(dtype=bool) | types.eq("").to_numpy(dtype=bool)
         if untyped.any():
             at = np.unique(events[ROW].to_numpy(dtype=np.int64)[untyped])
             fail(at, "translate-reject", ["an event without a type"] * len(at), "event without a type")
