@@ -487,6 +487,8 @@ def archives(world: World) -> tuple[str, str, str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C must reach it even when this test runs in a background job (SIGINT ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         _wait_hw(world.settings, remote_table, {(topic, 0): 100, (topic, 1): 100}, child)
