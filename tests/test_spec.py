@@ -64,6 +64,10 @@ OCT_1 = 1_790_812_800_000  # 2026-10-01T00:00:00Z
 OCT_8 = 1_791_417_600_000  # 2026-10-08T00:00:00Z
 DEL = object()
 
+GUARD_FIELDS = (
+    "max_records_per_second, max_records, max_bytes, max_quarantine_ratio, min_records_before_ratio"
+)
+
 
 def base() -> dict[str, Any]:
     data = yaml.safe_load(SPEC_YAML)
@@ -406,7 +410,7 @@ def test_more_errors_are_counted() -> None:
         ("decode.registry", "format, registry_url, schema_dir, reader_schema, subject, schema, null_value"),
         ("sink.iceberg.partition_by", "table, mode, window_column, window_from, window_to"),
         ("sink.postgress", "iceberg, postgres, kafka"),
-        ("guards.max_rps", "max_records_per_second, max_records, max_bytes"),
+        ("guards.max_rps", GUARD_FIELDS),
         ("run.workers", "work_unit_records, lease_ttl_s"),
         ("quarantine.tabel", "table"),
     ],
@@ -652,7 +656,7 @@ ERRORS: list[tuple[dict[str, Any], str, tuple[str, ...]]] = [
     ({"guards.max_records_per_second": -1}, "guards.max_records_per_second", ("(got -1)", "must be > 0")),
     ({"guards.max_records_per_second": "inf"}, "guards.max_records_per_second", ("not a finite number",)),
     ({"guards.max_bytes": "10 zb"}, "guards.max_bytes", ("not a size", "(got '10 zb')", "10GiB")),
-    ({"guards": [1]}, "guards", ("not a mapping", "max_records_per_second, max_records, max_bytes")),
+    ({"guards": [1]}, "guards", ("not a mapping", GUARD_FIELDS)),
     ({"run.work_unit_records": 1.5}, "run.work_unit_records", ("not a whole number", "(got 1.5)")),
     ({"run.lease_ttl_s": 0}, "run.lease_ttl_s", ("must be > 0",)),
     ({"quarantine.table": "rejects"}, "quarantine.table", ("not a namespace.table",)),
