@@ -41,7 +41,6 @@ read_committed consumer, who never sees part of a unit. Consumers skip records w
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -222,9 +221,8 @@ def _compensate(
         writer = UnitWriter(settings.kafka_config(), topic, run_id, shape, tuple(key))
         encoder = MessageEncoder(tuple(key), shape, run_id)
         ids = [u["id"] for u in units]
-        tasks = min(len(ids), _parallelism(spark))
         with clock.step("units"):  # the shuffle by unit and the tasks' transactions
-            results = run_units(df, unit_of, ids, writer, encoder, done, tasks)  # 5.
+            results = run_units(df, unit_of, ids, writer, encoder, done)  # 5.
         for r in results:
             for name, seconds in r[4].items():
                 clock.add(f"task_{name}", seconds)
@@ -240,7 +238,8 @@ def _compensate(
     }
     with clock.step("final"):
         write_final_marker(settings.kafka_config(), topic, run_id, body)  # 6.
-    out.update(already_done=False, units=len(units), units_done_before=sum(1 for r in results if r[3]))
+    before = sum(1 for u in units if u["id"] in done) + sum(1 for r in results if r[3])
+    out.update(already_done=False, units=len(units), units_done_before=before)
     ledger.audit(run_id, "compensated", {k: v for k, v in out.items() if k != "already_done"})
     out["seconds"] = clock.seconds
     log.debug("compensate %s to %s: seconds %s", run_id, topic, clock.seconds)
@@ -306,13 +305,6 @@ def _fence(conf: dict[str, Any], run_id: str, topic: str, unit_ids: list[str], f
 
     ids = [unit_transactional_id(run_id, topic, u) for u in unit_ids] + [final_id(run_id, topic)]
     fence({**PRODUCER_DEFAULTS, **conf}, ids)
-
-
-def _parallelism(spark: SparkSession) -> int:
-    try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:  # Spark Connect has no SparkContext
-        return os.cpu_count() or 1
 
 
 def _sides(

@@ -11,10 +11,10 @@
 3. :func:`bucket_counts`: changes per (partition, bucket), and how many have an old and a new
    row: the driver turns these counts (never a row) into units, runs of buckets of one
    partition of about ``unit_messages`` messages each;
-4. :func:`run_units`: the changes are shuffled by unit and sorted by unit and key; each task
-   writes its units one after the other, one transaction each (:mod:`rewind.kafka.compensation`),
-   and returns one row per unit: its id, messages, counts, and whether an earlier attempt had
-   committed it.
+4. :func:`run_units`: the changes of the units not done yet are shuffled into one Spark partition
+   per unit; each task writes its unit in one transaction (:mod:`rewind.kafka.compensation`) and
+   returns one row: its id, messages, counts, whether an earlier attempt had committed it, and
+   where the task's seconds went.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from rewind.kafka.compensation import Messages, UnitWriter, key_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 BUCKETS = 1024
 KEY_BYTES, PARTITION, BUCKET, UNIT = (
@@ -41,7 +41,7 @@ KEY_BYTES, PARTITION, BUCKET, UNIT = (
     "_rewind_c_bucket",
     "_rewind_c_unit",
 )
-_PLACE = "_rewind_c_place"
+_PLACE, _LABEL = "_rewind_c_place", "_rewind_c_label"
 RESULT_SCHEMA = "unit string, messages long, counts string, repeat boolean, seconds string"
 TASK_STEPS = ("wait", "open", "encode", "produce", "commit")
 """What a task's seconds go to: waiting for the next batch (the shuffle read and sort upstream),
@@ -167,6 +167,7 @@ class _Produce:
 
         clock = dict.fromkeys(TASK_STEPS, 0.0)
         current: int | None = None
+        seen: set[int | None] = set()
         unit: Any = None
         try:
             it = iter(batches)
@@ -185,7 +186,12 @@ class _Produce:
                     if int(units[start]) != current:
                         if unit is not None:
                             yield self._finish(unit, clock)
+                            seen.add(current)
                         current = int(units[start])
+                        if current in seen:  # a unit's rows are never split (run_units)
+                            raise CompensateStageError(
+                                f"unit {self.unit_ids[current]}'s rows came apart in its task"
+                            )
                         t0 = time.perf_counter()
                         unit = self._open(current)
                         clock["open"] += time.perf_counter() - t0
@@ -278,26 +284,33 @@ def run_units(
     writer: UnitWriter,
     messages: MessagesOf,
     done: frozenset[str],
-    tasks: int,
 ) -> list[tuple[str, int, dict[str, int], bool, dict[str, float]]]:
     """Step 4: (unit, messages, counts per op, written before, the task's seconds per step of
-    :data:`TASK_STEPS` since its previous unit) of every unit that has rows.
+    :data:`TASK_STEPS`) of every unit not in ``done`` that has rows.
 
-    ``unit_of`` maps (partition, bucket) to a unit's index in ``unit_ids``."""
+    ``unit_of`` maps (partition, bucket) to a unit's index in ``unit_ids``. The changes are
+    shuffled into one Spark partition per unit (a label per unit that Spark's hash partitioning
+    sends to the unit's own partition, :func:`_labels`), so a task holds exactly one unit and
+    needs no sort; Spark runs the units' tasks as cores free up, which balances them. Units in
+    ``done`` are left out before the shuffle."""
     from pyspark.sql import functions as F
 
     from rewind.spark.job_stage import task_error
 
+    todo = [i for i, u in enumerate(unit_ids) if u not in done]
+    if not todo:
+        return []
     spark = df.sparkSession
+    labels = _labels(spark, len(todo))
+    slot = {u: labels[j] for j, u in enumerate(todo)}
     lookup = spark.createDataFrame(
-        [(p, b, u) for (p, b), u in sorted(unit_of.items())],
-        f"{PARTITION} int, {BUCKET} int, {UNIT} int",
+        [(p, b, u, slot[u]) for (p, b), u in sorted(unit_of.items()) if u in slot],
+        f"{PARTITION} int, {BUCKET} int, {UNIT} int, {_LABEL} int",
     )
     with_unit = df.join(F.broadcast(lookup), [PARTITION, BUCKET])
-    ordered = with_unit.repartition(max(1, tasks), UNIT).sortWithinPartitions(UNIT, KEY_BYTES)
     produce: Any = _Produce(writer, messages, tuple(unit_ids), done)
     try:
-        rows = ordered.mapInArrow(produce, RESULT_SCHEMA).collect()
+        rows = with_unit.repartition(len(todo), _LABEL).mapInArrow(produce, RESULT_SCHEMA).collect()
     except Exception as exc:
         if isinstance(exc, RewindError):
             raise
@@ -305,3 +318,26 @@ def run_units(
     return [
         (r.unit, int(r.messages), json.loads(r.counts), bool(r.repeat), json.loads(r.seconds)) for r in rows
     ]
+
+
+def _labels(spark: SparkSession, count: int) -> list[int]:
+    """For each partition ``i < count`` of a ``repartition(count, column)``, an int that Spark's
+    hash partitioning (``pmod(hash(value), count)``, the SQL ``hash``'s murmur3) sends there:
+    asked of Spark itself over a few candidates per partition (a tiny job)."""
+    from pyspark.sql import functions as F
+
+    found: dict[int, int] = {}
+    start, span = 0, max(64, 16 * count)
+    while len(found) < count:
+        value = F.col("id").cast("int")
+        rows = (
+            spark.range(start, start + span)
+            .select(value.alias("v"), F.pmod(F.hash(value), F.lit(count)).alias("p"))
+            .groupBy("p")
+            .agg(F.min("v").alias("v"))
+            .collect()
+        )
+        for r in rows:
+            found.setdefault(int(r["p"]), int(r["v"]))
+        start += span
+    return [found[i] for i in range(count)]
