@@ -8,6 +8,7 @@ file, however many files v2 has."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -132,19 +133,12 @@ def test_iceberg_folded_commits_touch_only_the_files_of_their_keys(
     table = catalog.load_table(staging.table)
     assert table_model(table.scan().to_arrow()) == model.rows
     assert before != table.current_snapshot().snapshot_id  # the marker commit names the units again
-    bounds = sorted(
-        (f.file.lower_bounds[1], f.file.upper_bounds[1]) for f in table.scan().plan_files()
-    )
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import LongType
 
-    spans = [(from_bytes(LongType(), lo), from_bytes(LongType(), hi)) for lo, hi in bounds]
-    spans.sort()
-    assert all(a[1] < b[0] for a, b in itertools_pairwise(spans)), f"key ranges overlap: {spans}"
-
-
-def itertools_pairwise(items: list[Any]) -> list[tuple[Any, Any]]:
-    return list(zip(items, items[1:], strict=False))
+    bounds = [(f.file.lower_bounds[1], f.file.upper_bounds[1]) for f in table.scan().plan_files()]
+    spans = sorted((from_bytes(LongType(), lo), from_bytes(LongType(), hi)) for lo, hi in bounds)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), f"key ranges overlap: {spans}"
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgres"])
