@@ -1,4 +1,10 @@
-"""The Typer app, its global options and the decorator that turns errors into one line."""
+"""The Typer app, its global options and the decorator that turns errors into one line.
+
+Start-up matters here: `rewind --help` imports every command module, so the modules of the CLI
+import at their top only Typer, Rich and what their signatures name; settings (pydantic), the
+ledger (SQLAlchemy), Spark, Arrow, pandas, pyiceberg and confluent-kafka are imported inside
+the command functions that use them (tests/test_cli_startup.py keeps that true).
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,19 @@ import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from rewind import logs
-from rewind.config import Settings, load_settings
 from rewind.errors import RewindError
 from rewind.output import output
 from rewind.secrets import mask_text
+
+if TYPE_CHECKING:
+    from rewind.config import Settings
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -53,6 +61,8 @@ def _main(
 
 
 def _settings() -> Settings:
+    from rewind.config import load_settings
+
     settings = load_settings(ctx.config)
     if ctx.debug:
         logs.configure(logging.DEBUG, settings.secret_values())
@@ -79,6 +89,8 @@ def command(fn: F) -> F:
             spark = _from_spark(exc)
             if ctx.debug or not (isinstance(exc, RewindError) or spark):
                 raise
+            from rewind.config import load_settings
+
             secrets: list[str] = []
             with contextlib.suppress(RewindError):
                 secrets = load_settings(ctx.config).secret_values()

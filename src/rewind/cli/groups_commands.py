@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.table import Table
 
 from rewind.cli.app import JsonOpt, _settings, app, command, number_text
-from rewind.groups.exceptions import ResetInputError
 from rewind.output import output
 
 groups_app = typer.Typer(
@@ -108,7 +107,7 @@ def reset(
     json_out: JsonOpt = False,
 ) -> None:
     """Reset a group's committed offsets; a dry run unless --execute, and recorded for undo."""
-    from rewind.groups import execute_reset, plan_reset, to_csv
+    from rewind.groups import ResetInputError, execute_reset, plan_reset, to_csv
 
     if export == "-" and (json_out or execute):
         raise ResetInputError(
