@@ -174,7 +174,8 @@ def _merge_in_spark(
     schema = table.schema() if columns is None else table.schema().select(*columns)
     store = WarehouseStore.from_catalog_properties(table.io.properties)
     ctx = MergeContext(tuple(key), policy, schema_to_b64(schema.as_arrow()), store)
-    decided = decide_in_spark(spark, files, ctx, default_parallelism(spark))
+    folder = f"{table.location().rstrip('/')}/_rewind_merge/{run_id}"
+    decided = decide_in_spark(spark, files, ctx, default_parallelism(spark), folder)
     counts = dict.fromkeys(MERGE_DECISIONS, 0)
     for name, n in decided.counts.items():
         counts[name] += n

@@ -310,7 +310,7 @@ def _in_spark(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from rewind.catalog import load_catalog
-    from rewind.core.store import WarehouseStore
+    from rewind.core.store import WarehouseStore, remove_files_under
     from rewind.spark import session
     from rewind.spark.parquet_files import read_parquet_files
     from rewind.spark.redrive_stage import run_redrive
@@ -336,8 +336,17 @@ def _in_spark(
     schema = from_arrow_schema(q.schema().as_arrow())
     files = read_parquet_files(spark, [t.file.file_path for t in tasks], schema, store=store)
     rows = files.where(F.col("run_id") == ctx.run_id)
-    entries = rows.join(spark.createDataFrame(chosen), on=names, how="inner")
-    return run_redrive(entries, ctx, max(default_parallelism(spark), -(-len(latest) // 100_000)))
+    # the chosen coordinates reach the tasks as a file beside the table's data, not inside the
+    # plan: a local relation of a million rows is serialized into every task (the JVM driver's
+    # heap ran out at 1,000,000 records, bench/redrive_spark.py)
+    folder = f"{q.location().rstrip('/')}/_rewind_redrive/{ctx.unit_id}"
+    path = write_parquet(folder, chosen, "chosen", store)
+    try:
+        picked = read_parquet_files(spark, [path], from_arrow_schema(chosen.schema), store=store)
+        entries = rows.join(picked, on=names, how="inner")
+        return run_redrive(entries, ctx, max(default_parallelism(spark), -(-len(latest) // 100_000)))
+    finally:
+        remove_files_under(folder, [path], store)
 
 
 def _recorded(sink: Any, staging: Any, run_id: str, unit_id: str) -> dict[str, Any]:

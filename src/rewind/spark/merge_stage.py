@@ -169,14 +169,21 @@ def decide_rows(rows: pa.Table, ctx: MergeContext) -> Decided:
 
 
 def decide_in_spark(
-    spark: SparkSession, files: Sequence[FileRows], ctx: MergeContext, partitions: int
+    spark: SparkSession, files: Sequence[FileRows], ctx: MergeContext, partitions: int, folder: str
 ) -> Decided:
-    """Steps 1-4 of the module docstring over ``files``; the merged result of all tasks."""
+    """Steps 1-4 of the module docstring over ``files``; the merged result of all tasks.
+
+    The files' positions reach the tasks as one Parquet file under ``folder`` (removed after),
+    not inside the plan: a local relation is serialized into every task, and the JVM driver's
+    heap is the limit there (a re-drive's ran out at a million rows)."""
     import numpy as np
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
+    from rewind.core.parquet import write_parquet
+    from rewind.core.store import remove_files_under
     from rewind.spark.job_stage import StageError, task_error
+    from rewind.spark.parquet_files import read_parquet_files
 
     schema = schema_from_b64(ctx.schema_b64)
     wide = pa.schema([*schema, pa.field(AT, pa.int64()), pa.field(MINE, pa.bool_())])
@@ -191,13 +198,17 @@ def decide_in_spark(
     )
     n_rows = sum(len(f.at) for f in files)
     tasks = max(1, partitions, -(-n_rows // _ROWS_PER_TASK))
-    source = spark.createDataFrame(listing.to_pandas()).repartition(max(1, min(len(files), tasks)))
-    contested = source.mapInArrow(ReadContested(ctx, to_arrow_schema(spark_schema)), spark_schema)
-    grouped = contested.repartition(tasks, *ctx.key)
+    path = write_parquet(folder, listing, "contested", ctx.store)
     try:
+        source = read_parquet_files(spark, [path], from_arrow_schema(listing.schema), store=ctx.store)
+        source = source.repartition(max(1, min(len(files), tasks)))
+        contested = source.mapInArrow(ReadContested(ctx, to_arrow_schema(spark_schema)), spark_schema)
+        grouped = contested.repartition(tasks, *ctx.key)
         results = grouped.mapInArrow(DecideContested(ctx), RESULT_SCHEMA).collect()
     except Exception as exc:
         raise StageError(f"merge decisions in Spark failed: {task_error(exc)}") from exc
+    finally:
+        remove_files_under(folder, [path], ctx.store)
     counts: dict[str, int] = {}
     drop, routed = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
     for row in results:
