@@ -30,6 +30,11 @@ File shape (every key optional)::
     redrive:                           # rewind quarantine redrive
       spark_records: null              # records above which Spark tasks process them (null: the default)
     cost:                              # prices of the plan's cost model, each with its currency
+    streams:                           # a failed continuous archive or shadow tail restarts itself
+      restart_backoff_s: 1             # first wait, doubled per restart up to restart_max_backoff_s
+      restart_max_backoff_s: 30
+      max_restarts: 5                  # within restart_window_s; one more failure gives up
+      restart_window_s: 600
       core_hour: 0.048 USD             # per core-hour (`0.048 USD/core-hour` also reads)
       gb_egress: 0.09 USD              # per GB (10^9 bytes) read from a remote broker
       gb_object_read: 0.0004 USD       # per GB read from the archive's object store
@@ -144,6 +149,16 @@ class RedriveSettings(_Model):
 
 class CostSettings(_Model):
     """Prices of the cost model (:mod:`rewind.core.cost`); unset prices are left out of the total."""
+class StreamSettings(_Model):
+    """How Rewind's streaming queries (the continuous archive, a shadow's tail) restart after a
+    failure (:mod:`rewind.spark.stream_restarts`)."""
+
+    restart_backoff_s: Annotated[float, Field(ge=0)] = 1.0
+    restart_max_backoff_s: Annotated[float, Field(ge=0)] = 30.0
+    max_restarts: Annotated[int, Field(ge=0)] = 5
+    restart_window_s: Annotated[float, Field(gt=0)] = 600.0
+
+
 
     core_hour: str | None = None
     gb_egress: str | None = None
@@ -193,6 +208,7 @@ class Settings(_Model):
     spec_secrets: dict[str, str] = Field(default_factory=dict)
     """Values of masked spec fields by dotted field name (``sink.postgres.url``): see above."""
 
+    streams: StreamSettings = Field(default_factory=StreamSettings)
     # -- derived values: defaults point at the embedded stack under state_dir --------------
 
     @property

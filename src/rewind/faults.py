@@ -95,3 +95,26 @@ def after(seconds: float, name: str) -> None:
     """Arm ``name`` to fire from a timer thread (a kill in the middle of a Spark job)."""
     if _nth(os.environ.get("REWIND_FAULT", ""), name) is not None:
         threading.Timer(seconds, point, args=(name,)).start()
+
+
+class InjectedFault(RuntimeError):
+    """The error :func:`fail` raises: a transient failure a test injects."""
+
+
+def fail(name: str) -> None:
+    """``REWIND_FAULT_RAISE=<point>[:<n>]`` raises :class:`InjectedFault` the n-th time (default
+    1st) this process passes ``point``; ``<point>:*`` every time (several points: comma-separated).
+    For tests of what restarts after an error: ``archive-batch`` (a continuous archive's
+    micro-batch), ``shadow-tail-batch`` (a shadow tail's)."""
+    wanted = os.environ.get("REWIND_FAULT_RAISE")
+    if not wanted:
+        return
+    for item in wanted.split(","):
+        target, _, nth = item.strip().partition(":")
+        if target != name:
+            continue
+        with _lock:
+            key = f"raise:{name}"
+            _seen[key] = _seen.get(key, 0) + 1
+            if nth == "*" or _seen[key] == int(nth or 1):
+                raise InjectedFault(f"injected fault at {name} (pass {_seen[key]})")

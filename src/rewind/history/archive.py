@@ -60,6 +60,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rewind import faults
 from rewind.core.ranges import OffsetRange
 from rewind.history.archive_pass import (
     CHUNK_RECORDS,
@@ -87,6 +88,7 @@ from rewind.history.schema import (
     open_archive,
     summary_properties,
 )
+from rewind.spark.stream_restarts import RestartPolicy, StreamSupervisor
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -174,16 +176,30 @@ class ContinuousArchive:
         self.checkpoint = checkpoint
         self.initial = initial
         self.results: list[PassResult] = []
-        self.query: StreamingQuery | None = None
+        self.supervisor: StreamSupervisor | None = None
         self.stream_id = uuid.uuid4().hex[:8]
         self.remote = is_connect(spark)
+        self.trigger_seconds = 5.0
 
     def __getstate__(self) -> dict[str, object]:
         """What ``foreachBatch`` needs on a Spark Connect server: plain data, no session, no
         catalog connection, no query."""
         state = dict(self.__dict__)
-        state.update(spark=None, _catalog=None, query=None, results=[])
+        state.update(spark=None, _catalog=None, supervisor=None, results=[])
         return state
+
+    @property
+    def query(self) -> StreamingQuery | None:
+        """The streaming query running now (a new one after each restart)."""
+        return self.supervisor.query if self.supervisor is not None else None
+
+    @property
+    def restarts(self) -> int:
+        return self.supervisor.count if self.supervisor is not None else 0
+
+    def error(self) -> Exception | None:
+        """Why the archive stopped for good (its restarts used up), else None."""
+        return self.supervisor.error() if self.supervisor is not None else None
 
     @property
     def catalog(self) -> Catalog:
@@ -218,6 +234,7 @@ class ContinuousArchive:
 
     def on_batch(self, df: DataFrame, batch_id: int) -> None:
         """``foreachBatch``: commit the micro-batch with its exact end offsets, once."""
+        faults.fail("archive-batch")
         started = time.monotonic()
         start, end = self._batch_bounds(batch_id)
         table = open_archive(self.catalog, self.table)
@@ -315,7 +332,7 @@ class ContinuousArchive:
         """Wait until the archived high-water reaches ``offsets``; False on timeout or failure."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.query is not None and self.query.exception() is not None:
+            if self.error() is not None:
                 return False
             hw = self.hw()
             if all(hw.get(tp, -1) >= o for tp, o in offsets.items()):
@@ -324,20 +341,31 @@ class ContinuousArchive:
         return False
 
     def stop(self) -> None:
-        if self.query is not None:
-            self.query.stop()
+        if self.supervisor is not None:
+            self.supervisor.stop()
         shutil.rmtree(self.checkpoint, ignore_errors=True)
 
     def await_termination(self, timeout_s: float | None = None) -> None:
-        assert self.query is not None
-        if timeout_s is None:
-            self.query.awaitTermination()
-        else:
-            self.query.awaitTermination(int(timeout_s))
-        error = self.query.exception()
+        """Wait until the archive gives up (or ``timeout_s``); raise its one-line error then."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while self.error() is None and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.2)
+        error = self.error()
         if error is not None:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise HistoryError(f"continuous archive of {self.table} stopped: {first}")
+            raise HistoryError(str(error))
+
+    def start_query(self, options: Mapping[str, str]) -> StreamingQuery:
+        """The streaming query from the archive's checkpoint (where a restart resumes it)."""
+        assert self.spark is not None
+        reader = self.spark.readStream.format("rewind-kafka").options(**options)
+        return (
+            reader.load()
+            .writeStream.foreachBatch(self.on_batch)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(processingTime=f"{self.trigger_seconds} seconds")
+            .queryName(f"rewind-archive-{self.stream_id}")
+            .start()
+        )
 
 
 def start_continuous(
@@ -367,24 +395,16 @@ def start_continuous(
     starting: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(initial.items()):
         starting.setdefault(topic, {})[str(partition)] = offset
-    reader = (
-        spark.readStream.format("rewind-kafka")
-        .option("subscribe", ",".join(topics))
-        .option("includeHeaders", "true")
-        .option("failOnDataLoss", "true")
-    )
-    if starting:  # the first pass recorded every partition of every topic
-        reader = reader.option("startingOffsets", json.dumps(starting))
+    options = {"subscribe": ",".join(topics), "includeHeaders": "true", "failOnDataLoss": "true"}
+    if starting:  # the first pass recorded every partition of every topic (a restart: the checkpoint's)
+        options["startingOffsets"] = json.dumps(starting)
     if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    for key, value in settings.kafka_config().items():
-        reader = reader.option(f"kafka.{key}", str(value))
-    runner.query = (
-        reader.load()
-        .writeStream.foreachBatch(runner.on_batch)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=f"{max(0.1, trigger_seconds)} seconds")
-        .queryName(f"rewind-archive-{runner.stream_id}")
-        .start()
+        options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
+    options.update({f"kafka.{key}": str(value) for key, value in settings.kafka_config().items()})
+    runner.trigger_seconds = max(0.1, trigger_seconds)
+    runner.supervisor = StreamSupervisor(
+        f"continuous archive of {table}",
+        lambda: runner.start_query(options),
+        RestartPolicy.from_settings(settings),
     )
     return runner

@@ -69,8 +69,7 @@ def run_archive(
         deadline = None if duration_s is None else time.monotonic() + duration_s
         try:
             while deadline is None or time.monotonic() < deadline:
-                assert runner.query is not None
-                if runner.query.exception() is not None or not runner.query.isActive:
+                if runner.error() is not None:  # failed more often than its restarts allow
                     break
                 for result in runner.refresh()[shown:]:
                     console.archive_committed(result.to_dict())
@@ -79,13 +78,14 @@ def run_archive(
         except KeyboardInterrupt:
             pass
         finally:
-            error = runner.query.exception() if runner.query is not None else None
+            error = runner.error()
             runner.stop()
         if error is not None:
-            raise HistoryError(f"continuous archive of {table} failed: {str(error).splitlines()[0]}")
+            raise HistoryError(str(error))
         for result in runner.refresh()[shown:]:
             console.archive_committed(result.to_dict())
         out["passes"] = [r.to_dict() for r in runner.results]
+        out["restarts"] = runner.restarts
     out["records"] = sum(p["records"] for p in out["passes"])
     if compact:
         out["compaction"] = compact_archive(settings, table).to_dict()

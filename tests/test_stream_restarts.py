@@ -1,0 +1,112 @@
+"""Rewind's streaming queries restart themselves after a failure, from their checkpoint, with
+bounded backoff, and give up in one line after too many restarts in a window
+(:mod:`rewind.spark.stream_restarts`).
+
+The failures are real errors raised inside a running micro-batch (``REWIND_FAULT_RAISE``, the
+foreachBatch body runs in this process on ``local[*]``); what the restarted query commits is
+checked offset by offset against what was produced: every record exactly once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rewind import faults
+from rewind.config import Settings, load_settings
+from rewind.history.exceptions import HistoryError
+from rewind.spark.stream_restarts import RestartPolicy, Restarts, StreamGaveUp
+from tests.kafka_util import create_topic
+from tests.test_archive import archived_rows, assert_exactly, produce
+
+
+@pytest.fixture
+def quick(tmp_path: Path, bootstrap: str) -> Settings:
+    """Settings whose streams restart after 0.2 s, at most twice a minute."""
+    return load_settings(
+        path=_write(
+            tmp_path / "rewind.yaml",
+            "streams: {restart_backoff_s: 0.2, max_restarts: 2, restart_window_s: 60}\n",
+        ),
+        env={"REWIND_BOOTSTRAP_SERVERS": bootstrap, "REWIND_STATE_DIR": str(tmp_path / "state")},
+        cwd=tmp_path,
+    )
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def fault(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def arm(value: str) -> None:
+        monkeypatch.setattr(faults, "_seen", {})
+        monkeypatch.setenv("REWIND_FAULT_RAISE", value)
+
+    return arm
+
+
+def test_backoff_doubles_to_its_cap_and_the_window_bounds_the_restarts() -> None:
+    policy = RestartPolicy(backoff_s=1, max_backoff_s=5, max_restarts=4, window_s=100)
+    restarts = Restarts("stream", policy)
+    assert [restarts.after_failure(f"boom {i}", now=float(i)) for i in range(4)] == [1, 2, 4, 5]
+    with pytest.raises(StreamGaveUp) as gave_up:
+        restarts.after_failure(RuntimeError("broker down\nstack..."), now=10.0)
+    assert str(gave_up.value) == (
+        "stream stopped: it failed again after 4 restarts within 100 s (broker down); fix the cause and "
+        "start it again"
+    )
+    # restarts older than the window no longer count: the stream may restart again, from the start
+    assert restarts.after_failure("later", now=200.0) == 1
+
+
+def test_a_continuous_archive_restarts_after_a_failed_batch_and_archives_everything_once(
+    quick: Settings, spark: Any, fault: Any
+) -> None:
+    from rewind.history.archive import start_continuous
+
+    conf = quick.kafka_config()
+    topic = f"arch-restart-{uuid.uuid4().hex[:8]}"
+    table = f"lake.restart_{uuid.uuid4().hex[:8]}"
+    create_topic(conf, topic, 2)
+    produce(conf, topic, 2, 0, 20)
+    fault("archive-batch:1")  # the first micro-batch after the catch-up pass fails once
+    runner = start_continuous(spark, quick, [topic], table, trigger_seconds=0.5)
+    try:
+        produce(conf, topic, 2, 20, 30)
+        assert runner.wait_for({(topic, 0): 25, (topic, 1): 25}, 90), runner.error()
+        produce(conf, topic, 2, 50, 10)
+        assert runner.wait_for({(topic, 0): 30, (topic, 1): 30}, 90), runner.error()
+        assert runner.restarts == 1 and runner.error() is None
+    finally:
+        runner.stop()
+    assert_exactly(archived_rows(quick, table), topic, {0: 30, 1: 30})
+
+
+def test_a_continuous_archive_that_keeps_failing_gives_up_in_one_line(
+    quick: Settings, spark: Any, fault: Any
+) -> None:
+    from rewind.history.archive import start_continuous
+
+    conf = quick.kafka_config()
+    topic = f"arch-giveup-{uuid.uuid4().hex[:8]}"
+    table = f"lake.giveup_{uuid.uuid4().hex[:8]}"
+    create_topic(conf, topic, 1)
+    produce(conf, topic, 1, 0, 10)
+    fault("archive-batch:*")
+    runner = start_continuous(spark, quick, [topic], table, trigger_seconds=0.3)
+    try:
+        produce(conf, topic, 1, 10, 10)
+        with pytest.raises(HistoryError) as stopped:
+            runner.await_termination(120)
+    finally:
+        runner.stop()
+    line = str(stopped.value)
+    assert "\n" not in line and runner.restarts == 2
+    assert line.startswith(f"continuous archive of {table} stopped: it failed again")
+    assert "after 2 restarts within 60 s" in line and "InjectedFault: injected fault at archive-batch" in line
+    assert_exactly(archived_rows(quick, table), topic, {0: 10})  # the catch-up pass, nothing twice
