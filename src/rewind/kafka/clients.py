@@ -2,13 +2,22 @@
 
 librdkafka's own log lines are routed into Python logging (``rewind.librdkafka``), so they
 pass the secret filter and stay quiet unless ``--debug``; no client does I/O until used.
+
+A broker that goes away (restarted, a network cut) makes every client of the process report
+its reconnect attempts: every client gets an ``error_cb`` (:class:`OutageReporter`) that turns
+them into at most one warning every :data:`OUTAGE_REPORT_EVERY_S` seconds per process on
+``rewind.kafka.outage`` ("broker unreachable, retrying"), and the clients whose logs are not
+routed (bulk reads in Spark tasks) print no log lines of their own below ``LOG_CRIT``.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
+import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import BrokerUnreachable, ConfigError
@@ -20,12 +29,91 @@ if TYPE_CHECKING:
 RDKAFKA_LOGGER = logging.getLogger("rewind.librdkafka")
 
 
-CLIENT_DEFAULTS: dict[str, Any] = {"reconnect.backoff.ms": 10}
+CLIENT_DEFAULTS: dict[str, Any] = {"reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 5000}
 """Under every client's own settings. librdkafka connects to a broker it has just learned from
 metadata no sooner than half of ``reconnect.backoff.ms`` (default 100) after its last
 connection: ~50 ms of every new client's first request (a watermark look-up, a bookkeeping
-read, a re-produce unit's producer id), measured on loopback. A lost connection still backs
-off exponentially, up to ``reconnect.backoff.max.ms``."""
+read, a re-produce unit's producer id), measured on loopback. A lost connection backs off
+exponentially from there (about ten attempts in the first five seconds of an outage), up to one
+attempt every ``reconnect.backoff.max.ms``: a restarted broker is found again within ~5 s."""
+
+
+QUIET_LOG_LEVEL = 2
+"""librdkafka's ``log_level`` (syslog: 2 = critical) of clients whose logs are not routed into
+Python: their own stderr lines stop there (a lost broker printed ~145 a second of them from a
+wave's tasks); errors still reach Python through the ``error_cb``. A ``log_level`` in the
+settings wins."""
+
+OUTAGE_REPORT_EVERY_S = 10.0
+"""At most one outage warning per process in this many seconds."""
+
+OUTAGE_LOG = logging.getLogger("rewind.kafka.outage")
+
+
+class OutageReporter:
+    """librdkafka's ``error_cb`` of every client: a rate-limited warning, then the caller's own.
+
+    Connection errors (refused, reset, all brokers down, timed out) say the broker is
+    unreachable and that the client retries (librdkafka reconnects by itself, backing off up
+    to ``reconnect.backoff.max.ms``); any other non-fatal error is logged the same way, at most
+    as often. Fatal errors are left to the client's own callback (the producer wrapper raises
+    them). One instance per process, shared by its clients.
+    """
+
+    OUTAGE_CODES = ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE", "_MSG_TIMED_OUT")
+
+    def __init__(self, every_s: float = OUTAGE_REPORT_EVERY_S) -> None:
+        self.every_s = every_s
+        self.last = float("-inf")
+        self.suppressed = 0
+        self._lock = threading.Lock()
+
+    def callback(self, bootstrap: str, own: Callable[[Any], None] | None) -> Callable[[Any], None]:
+        def on_error(err: Any) -> None:
+            if not err.fatal():
+                self.report(bootstrap, err)
+            if own is not None:
+                own(err)
+
+        return on_error
+
+    def report(self, bootstrap: str, err: Any) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self.last < self.every_s:
+                self.suppressed += 1
+                return
+            self.last, suppressed, self.suppressed = now, self.suppressed, 0
+        more = f" ({suppressed} similar in the last {self.every_s:.0f}s)" if suppressed else ""
+        if err.name() in self.OUTAGE_CODES:
+            message = f"Kafka broker {bootstrap} unreachable, retrying: {err.str()}{more}"
+        else:
+            message = f"Kafka client error from {bootstrap}: {err.str()}{more}"
+        _outage_log().warning(message)
+
+
+OUTAGE = OutageReporter()
+
+
+def _outage_log() -> logging.Logger:
+    """:data:`OUTAGE_LOG`, printing to stderr where nothing configured Rewind's logging.
+
+    The CLI's driver configures it (warnings to ``rewind.log``, everything with ``--debug``);
+    a Spark task's Python worker does not, and its stderr is the CLI's in local mode (the
+    driver's log on a cluster): there the warning is printed like :data:`logging.lastResort`
+    would, were it not for the library's ``NullHandler``.
+    """
+    configured = any(getattr(h, "_rewind", False) for h in logging.getLogger("rewind").handlers)
+    if not configured and not OUTAGE_LOG.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("rewind: %(message)s"))
+        OUTAGE_LOG.addHandler(handler)
+        OUTAGE_LOG.propagate = False
+    elif configured and OUTAGE_LOG.handlers:
+        for handler in list(OUTAGE_LOG.handlers):
+            OUTAGE_LOG.removeHandler(handler)
+        OUTAGE_LOG.propagate = True
+    return OUTAGE_LOG
 
 
 def _with_logger(conf: dict[str, Any]) -> dict[str, Any]:
@@ -36,8 +124,10 @@ def _build(kind: type[Any], conf: dict[str, Any]) -> Any:
     """Construct a client; a bad property becomes one line naming it, not a traceback."""
     from confluent_kafka import KafkaException
 
+    settings = {**CLIENT_DEFAULTS, **conf}
+    settings["error_cb"] = OUTAGE.callback(str(settings.get("bootstrap.servers")), settings.get("error_cb"))
     try:
-        return kind({**CLIENT_DEFAULTS, **conf})
+        return kind(settings)
     except (KafkaException, ValueError, TypeError) as exc:
         detail = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
         raise ConfigError(
@@ -70,8 +160,9 @@ def private_consumer(
 
     Rewind reads never join or commit to a group, so a live consumer group's offsets
     cannot be touched; the group id is only there because librdkafka requires one.
-    ``route_logs=False`` leaves librdkafka's logs on stderr: routing them into Python
-    costs about a third of the fetch rate (measured), too much for bulk reads in tasks.
+    ``route_logs=False`` does not route librdkafka's logs into Python: that costs about a
+    third of the fetch rate (measured), too much for bulk reads in tasks; such a client logs
+    nothing below :data:`QUIET_LOG_LEVEL` itself, and its errors come through the ``error_cb``.
     """
     from confluent_kafka import Consumer
 
@@ -85,7 +176,8 @@ def private_consumer(
         **(overrides or {}),
         **extra,
     }
-    return _build(Consumer, _with_logger(settings) if route_logs else settings)
+    quiet = {"log_level": QUIET_LOG_LEVEL, **settings}
+    return _build(Consumer, _with_logger(settings) if route_logs else quiet)
 
 
 def cluster_metadata(conf: dict[str, Any], timeout_s: float = 10.0) -> ClusterMetadata:

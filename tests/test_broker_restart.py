@@ -1,0 +1,272 @@
+"""The broker dies mid-wave and comes back: the run finishes by itself, its output exact.
+
+A private noida-db on a fixed port with its data on disk: the source is produced, the broker
+is stopped with SIGTERM and started again (noida-db can lose what it acknowledged in the last
+second when killed, so the source is made durable first), then a real ``rewind run`` child
+process starts; while its rate-limited wave reads, the broker is SIGKILLed, stays down
+:data:`OUTAGE_S` seconds and is restarted on the same port and data folder. The run must end
+``succeeded`` with exactly the output of a clean run, and print at most a few lines about the
+outage (librdkafka's own connection errors are routed through logging, rate-limited).
+
+A broker named by ``REWIND_TEST_BOOTSTRAP`` cannot be killed and restarted by the test: these
+tests are skipped there, and run on the noida-db they start themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rewind.config import Settings, load_settings
+from rewind.embedded.broker import pid_alive
+from rewind.job.service import open_ledger
+from rewind.spark.ratelimit import default_state_dir
+from tests import job_fixtures as jf
+from tests.brokers import NOIDA, NoidaProcess, broker_names
+from tests.conftest import EXTERNAL_BOOTSTRAP, free_port
+from tests.kafka_util import create_topic
+from tests.reproduce_fixtures import read_topic
+from tests.test_cli_errors import REWIND
+
+RECORDS = 1600
+UNITS = 4  # one wave
+RATE = 100.0  # records/s: the wave reads for ~16 s; the broker dies within ~0.1 s of its start
+OUTAGE_S = 8.0
+OUTAGE_LINES = 6
+"""At most this many lines of the child's stderr may be about the outage (librdkafka printed
+~145 a second of it before its logs were routed and rate-limited)."""
+
+
+restarts_the_broker = pytest.mark.skipif(
+    bool(EXTERNAL_BOOTSTRAP) or NOIDA not in broker_names(),
+    reason="the test kills and restarts the broker itself: it cannot restart an external broker "
+    "(REWIND_TEST_BOOTSTRAP), so it runs only on the noida-db it starts",
+)
+
+
+class RestartableBroker:
+    """noida-db on one port and data folder across SIGTERM/SIGKILL and restarts."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.proc = NoidaProcess("127.0.0.1", free_port(), run_dir)
+
+    @property
+    def address(self) -> str:
+        return self.proc.address
+
+    def start(self) -> None:
+        self.proc.start(timeout_s=60)
+
+    def restart_clean(self) -> None:
+        """SIGTERM (noida-db writes everything it acknowledged), then start again."""
+        self.proc.stop()
+        self.start()
+
+    def kill(self) -> None:
+        pid = self.proc.pid()
+        assert pid is not None, "the broker is not running"
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.proc.pid_file.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
+@pytest.fixture
+def noida(tmp_path: Path) -> Iterator[RestartableBroker]:
+    broker = RestartableBroker(tmp_path / "noida")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def _settings(tmp_path: Path, broker: RestartableBroker) -> Settings:
+    return load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.address, "REWIND_STATE_DIR": str(tmp_path / "state")},
+        cwd=tmp_path,
+    )
+
+
+def _run(settings: Settings, name: str) -> Any:
+    with open_ledger(settings) as ledger:
+        runs = [r for r in ledger.list_runs() if r.name == name]
+    return runs[0] if runs else None
+
+
+def _reading(run_id: str) -> bool:
+    """The wave's tasks are reading: the run's read-pacing state has reads reserved past now."""
+    try:
+        raw = (default_state_dir() / f"read-{run_id}.pace").read_bytes()
+    except FileNotFoundError:
+        return False
+    return len(raw) == 16 and struct.unpack("<dd", raw)[0] > time.monotonic()
+
+
+def _wait_mid_wave(child: subprocess.Popen[str], settings: Settings, name: str) -> str:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and child.poll() is None:
+        run = _run(settings, name)
+        if run is not None and _reading(run.id):
+            with open_ledger(settings) as ledger:
+                states = Counter(u.state for u in ledger.units(run.id))
+            assert "done" not in states, states
+            return str(run.id)
+        time.sleep(0.1)
+    child.kill()
+    raise AssertionError(f"the wave was never seen reading: {child.communicate()[1][-3000:]}")
+
+
+def outage_lines(stderr: str) -> list[str]:
+    """Lines of a child's stderr about the broker being away."""
+    words = ("Connection refused", "unreachable", "FAIL|rdkafka", "Disconnected", "brokers are down")
+    return [line for line in stderr.splitlines() if any(w in line for w in words)]
+
+
+def _run_through_outage(
+    tmp_path: Path, noida: RestartableBroker, spec: dict[str, Any]
+) -> tuple[Settings, Any, str]:
+    """``rewind run`` of ``spec`` in a child; the broker killed mid-wave and restarted."""
+    settings = _settings(tmp_path, noida)
+    path = jf.write_spec(tmp_path / "spec.yaml", spec)
+    child = subprocess.Popen(
+        [REWIND, "run", str(path)],
+        cwd=tmp_path,
+        env=jf.child_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        run_id = _wait_mid_wave(child, settings, spec["name"])
+        noida.kill()
+        time.sleep(OUTAGE_S)
+        noida.start()
+        _out, err = child.communicate(timeout=300)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    (tmp_path / "child.stderr").write_text(err)
+    run = _run(settings, spec["name"])
+    assert (run.id, run.state) == (run_id, "succeeded"), (child.returncode, run.state, run.error, err[-3000:])
+    assert child.returncode == 0, err[-3000:]
+    noisy = outage_lines(err)
+    assert len(noisy) <= OUTAGE_LINES, f"{len(noisy)} lines about the outage: {noisy[:10]}"
+    assert any("unreachable, retrying" in line for line in noisy), err[-3000:]
+    return settings, run, err
+
+
+Source = tuple[str, list[jf.Order], dict[int, tuple[int, int]]]
+
+
+def _source(tmp_path: Path, noida: RestartableBroker) -> Source:
+    """The source topic, produced and made durable (SIGTERM and restart)."""
+    settings = _settings(tmp_path, noida)
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(settings.kafka_config(), topic, 2)
+    orders = jf.order_events(RECORDS, 2)
+    coords = jf.produce_orders(settings.kafka_config(), topic, orders)
+    noida.restart_clean()
+    return topic, orders, coords
+
+
+def _spec(name: str, topic: str, table: str, **sections: Any) -> dict[str, Any]:
+    return jf.order_spec(
+        name,
+        topic,
+        table,
+        unit_records=RECORDS // UNITS,
+        guards={"max_records_per_second": RATE},
+        run={"work_unit_records": RECORDS // UNITS},
+        **sections,
+    )
+
+
+@restarts_the_broker
+def test_iceberg_run_survives_a_broker_restart_mid_wave(noida: RestartableBroker, tmp_path: Path) -> None:
+    topic, orders, coords = _source(tmp_path, noida)
+    spec = _spec("restart-iceberg", topic, "restart.staging")
+    settings, run, _err = _run_through_outage(tmp_path, noida, spec)
+
+    rows = jf.staging_table(settings, run.staging).to_pylist()
+    expected = jf.expected_rows(topic, orders, coords, "order_lines", "1")
+    assert len(rows) == len(expected)
+    columns = [k for k in expected[0] if k in rows[0]]
+    got = sorted(({k: r[k] for k in columns} for r in rows), key=lambda r: r["_rewind_event_id"])
+    assert got == [{k: r[k] for k in got[0]} for r in expected]
+
+
+@restarts_the_broker
+def test_transactional_kafka_run_survives_a_broker_restart_mid_wave(
+    noida: RestartableBroker, tmp_path: Path
+) -> None:
+    topic, orders, coords = _source(tmp_path, noida)
+    target = f"{topic}.backfill"
+    spec = _spec("restart-kafka", topic, "unused", sink={"kafka": {"topic": target, "transactional": True}})
+    del spec["sink"]["iceberg"]
+    settings, _run_row, _err = _run_through_outage(tmp_path, noida, spec)
+
+    produced = read_topic(settings.kafka_config(), target)
+    expected = jf.expected_rows(topic, orders, coords, "order_lines", "1")
+    ids = [p.headers["rewind.event-id"] for p in produced]
+    assert len(ids) == len(set(ids)), "a record was written twice"
+    assert sorted(ids) == [r["_rewind_event_id"] for r in expected]
+
+
+class _Err:
+    def __init__(self, name: str, fatal: bool = False) -> None:
+        self._name, self._fatal = name, fatal
+
+    def name(self) -> str:
+        return self._name
+
+    def str(self) -> str:
+        return f"{self._name} happened"
+
+    def fatal(self) -> bool:
+        return self._fatal
+
+
+def test_outage_reports_are_rate_limited_and_the_clients_own_callback_still_runs() -> None:
+    import logging
+
+    from rewind.kafka.clients import OUTAGE_LOG, OutageReporter
+
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    keep = Keep()
+    OUTAGE_LOG.addHandler(keep)
+    try:
+        seen: list[str] = []
+        reporter = OutageReporter(every_s=60.0)
+        callback = reporter.callback("b:9092", lambda err: seen.append(err.name()))
+        for _ in range(500):
+            callback(_Err("_TRANSPORT"))
+        callback(_Err("_FENCED", fatal=True))
+        assert keep.lines == ["Kafka broker b:9092 unreachable, retrying: _TRANSPORT happened"]
+        assert seen == ["_TRANSPORT"] * 500 + ["_FENCED"]
+        reporter.last -= 61  # the next one, a minute later, says how many were held back
+        callback(_Err("_ALL_BROKERS_DOWN"))
+        assert len(keep.lines) == 2 and keep.lines[1].endswith("(499 similar in the last 60s)")
+    finally:
+        OUTAGE_LOG.removeHandler(keep)
