@@ -12,9 +12,11 @@ second compensate writes nothing; an unverified run is refused in one line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,12 +118,16 @@ class Case:
     verified: dict[str, int]
 
     @property
+    def expected(self) -> tuple[dict[str, int], dict[str, int], list[str]]:
+        return self.production, self.verified, self.differing
+
+    @property
     def differing(self) -> list[str]:
         both = self.production.keys() | self.verified.keys()
         return sorted(k for k in both if self.production.get(k) != self.verified.get(k))
 
 
-def make_case(tmp: Path, bootstrap: str, kind: str) -> Case:
+def make_case(tmp: Path, bootstrap: str, kind: str, pg_url: str | None = None) -> Case:
     """v1 promoted to production and v2 staged, refused while unverified, then verified (the
     runs read the session's broker; compensation, the part that talks to Kafka
     transactionally, runs on each broker)."""
@@ -147,10 +153,12 @@ def make_case(tmp: Path, bootstrap: str, kind: str) -> Case:
         producer.produce(source, key=f"s{i}", value=value, timestamp=BASE_MS + i * 1000)
     assert producer.flush(10) == 0
     table = f"comp.stock_{source[-8:]}"
-    first, second = {
+    sinks: dict[str, tuple[dict[str, Any], ...]] = {
         "iceberg": ({"iceberg": {"table": table}}, {"iceberg": {"table": table, "mode": "replace-window"}}),
         "sqlite": ({"postgres": {"table": "stock", "url": f"sqlite:///{tmp / 'model.db'}"}},) * 2,
-    }[kind]
+        "postgres": ({"postgres": {"table": "stock", "url": pg_url}},) * 2,
+    }
+    first, second = sinks[kind]
     v1 = run_job(settings, spec(source, "wrong", "1", first))
     promote_run(settings, v1.run_id, force=True, reason="test: production's v1")
     v2_spec = spec(source, "right", "2", second)
@@ -186,6 +194,11 @@ def iceberg_case(tmp_path_factory: pytest.TempPathFactory, bootstrap: str) -> Ca
 @pytest.fixture(scope="module")
 def sqlite_case(tmp_path_factory: pytest.TempPathFactory, bootstrap: str) -> Case:
     return make_case(tmp_path_factory.mktemp("compensate-sqlite"), bootstrap, "sqlite")
+
+
+@pytest.fixture(scope="module")
+def postgres_case(tmp_path_factory: pytest.TempPathFactory, bootstrap: str, pg_url: str) -> Case:
+    return make_case(tmp_path_factory.mktemp("compensate-postgres"), bootstrap, "postgres", pg_url)
 
 
 @pytest.mark.parametrize("kind", ["iceberg", "sqlite"])
@@ -362,3 +375,60 @@ def test_a_killed_compensate_run_again_writes_every_message_once(
 
     again = compensate_run(settings, iceberg_case.run_id, out)
     assert again["already_done"] and len(read_topic(conf, out)) == len(msgs)
+
+
+@contextlib.contextmanager
+def sides_through_the_driver(spark: Any, sink: Any, staging: Any) -> Iterator[tuple[Any, Any]]:
+    """What compensate did before the tasks read the SQL sides: both tables read in one
+    transaction through the driver (``read_sides``), then handed to Spark."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from rewind.sinks.sql.publish import read_sides
+
+    before, after = read_sides(sink, staging)
+    if after.num_rows:
+        new = spark.createDataFrame(after)
+    else:
+        new = spark.createDataFrame([], from_arrow_schema(after.schema))
+    old = spark.createDataFrame(before) if before is not None and before.num_rows else None
+    yield (old if old is not None else spark.createDataFrame([], new.schema)), new
+
+
+def test_a_postgres_compensate_read_in_tasks_writes_what_the_driver_read_wrote(
+    broker: TestBroker, postgres_case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL read model: the sides read by the tasks (slices under the driver's exported
+    snapshot) give, message for message, what the sides read through the driver gave, in both
+    shapes; and a consumer applying them reaches the verified rows."""
+    from rewind.job.compensate import compensate_run
+    from rewind.sinks.sql import sides
+
+    case = postgres_case
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(case.state)},
+        cwd=case.state.parent,
+    )
+    conf = settings.kafka_config()
+    monkeypatch.setattr(sides, "SLICE_PAGES", 1)  # a slice per page: more than one task per side
+
+    def messages(topic: str) -> list[tuple[Any, ...]]:
+        return sorted(
+            (m.partition(), m.key(), m.value(), tuple(m.headers() or []))
+            for m in read_topic(conf, topic)
+            if not any(h[0] == "rewind-marker" for h in m.headers() or [])
+        )
+
+    for shape in ("retract-and-correct", "correction"):
+        in_tasks, through_driver = (f"stock-model-{uuid.uuid4().hex[:8]}" for _ in range(2))
+        create_topic(conf, in_tasks, OUT_PARTITIONS)
+        create_topic(conf, through_driver, OUT_PARTITIONS)
+        done = compensate_run(settings, case.run_id, in_tasks, shape)
+        with monkeypatch.context() as patch:
+            patch.setattr(sides, "open_sides", sides_through_the_driver)
+            before = compensate_run(settings, case.run_id, through_driver, shape)
+        assert done["counts"] == before["counts"] and done["units"] == before["units"]
+        got = messages(in_tasks)
+        assert got == messages(through_driver) and len(got) == done["messages"] > 0
+    out = f"stock-model-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, out, OUT_PARTITIONS)
+    check_shape(settings, conf, case.run_id, out, "retract-and-correct", *case.expected)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from rewind.errors import RewindError
@@ -185,10 +185,11 @@ def _compensate(
     key = list(spec.key or [])
     with clock.step("session"):
         spark = session(settings)
-    with clock.step("sides"):
-        old, new = _sides(spark, settings, spec, staging)
-    df = placed(changes(old, new, key), key, partitions).persist()
-    try:
+    with ExitStack() as stack:  # the sides' reading (a SQL transaction) open until the units are done
+        with clock.step("sides"):
+            old, new = stack.enter_context(_sides(spark, settings, spec, staging))
+        df = placed(changes(old, new, key), key, partitions).persist()
+        stack.callback(df.unpersist)
         with clock.step("diff"):  # the sides read, joined, placed, cached and counted
             buckets = bucket_counts(df)  # 3.
         keys = sum(b[2] for b in buckets)
@@ -226,8 +227,6 @@ def _compensate(
         for r in results:
             for name, seconds in r[4].items():
                 clock.add(f"task_{name}", seconds)
-    finally:
-        df.unpersist()
     faults.point("compensate-before-final-marker")
     body = {
         "run_id": run_id,
@@ -307,35 +306,26 @@ def _fence(conf: dict[str, Any], run_id: str, topic: str, unit_ids: list[str], f
     fence({**PRODUCER_DEFAULTS, **conf}, ids)
 
 
+@contextmanager
 def _sides(
     spark: SparkSession, settings: Settings, spec: JobSpec, staging: dict[str, Any]
-) -> tuple[DataFrame, DataFrame]:
-    """Production's rows and the run's staged rows as DataFrames: the Iceberg target's ``main``
-    and the staging branch (or table), files planned by pyiceberg and read by the tasks
-    (:func:`rewind.sinks.iceberg.read_iceberg`); or the SQL target table and the staging table,
-    read in one transaction through the driver (:func:`rewind.sinks.sql.publish.read_sides`)."""
+) -> Iterator[tuple[DataFrame, DataFrame]]:
+    """Production's rows and the run's staged rows as DataFrames read by the tasks: the Iceberg
+    target's ``main`` and the staging branch (or table), files planned by pyiceberg
+    (:func:`rewind.sinks.iceberg.read_iceberg`); or slices of the SQL target table and the
+    staging table, both of one moment (:func:`rewind.sinks.sql.sides.open_sides`: the driver's
+    transaction stays open until the block ends)."""
     if spec.sink.postgres is not None:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         from rewind.job.components import make_sink
-        from rewind.sinks.sql.publish import read_sides
+        from rewind.sinks.sql import sides
 
         sink = make_sink(settings, spec)
         try:
-            before, after = read_sides(sink, sink.staging_from_dict(staging))  # type: ignore[arg-type]
+            with sides.open_sides(spark, sink, sink.staging_from_dict(staging)) as both:  # type: ignore[arg-type]
+                yield both
         finally:
             sink.close()
-        new = (
-            spark.createDataFrame(after)
-            if after.num_rows
-            else spark.createDataFrame([], from_arrow_schema(after.schema))
-        )
-        old = (
-            spark.createDataFrame(before)
-            if before is not None and before.num_rows
-            else spark.createDataFrame([], new.schema)
-        )
-        return old, new
+        return
     from rewind.catalog import load_catalog
     from rewind.sinks.iceberg import read_iceberg
 
@@ -344,8 +334,9 @@ def _sides(
     new = read_iceberg(spark, catalog.load_table(staging["table"]), staging.get("branch") or "main")
     target = spec.sink.iceberg.table
     if not catalog.table_exists(target):
-        return spark.createDataFrame([], new.schema), new
-    return read_iceberg(spark, catalog.load_table(target), "main"), new
+        yield spark.createDataFrame([], new.schema), new
+        return
+    yield read_iceberg(spark, catalog.load_table(target), "main"), new
 
 
 def _partitions(conf: dict[str, Any], topic: str) -> int:
