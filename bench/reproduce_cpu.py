@@ -9,6 +9,16 @@ broker (the call and its thread, which the bare loop pays too). CPU seconds
 (``time.process_time``), so the load of other processes counts less than in wall time; the
 whole unit runs once to warm up, then ``--repeat`` times, and the median per stage is printed.
 
+Beside it, in the same run, librdkafka's own CPU per record: after each repeat of the unit, the
+records that repeat produced (the same keys, values, partitions, timestamps and headers, kept
+from a pass that is not timed) go through a bare loop into a real idempotent lz4 producer on a
+broker (the embedded tansu, or ``REWIND_BENCH_BOOTSTRAP``): its ``produce`` calls, ``poll``
+and ``flush``, and its threads' batching, compression and sending, as process CPU. That loop is
+all a bare produce loop spends per record beyond building its records, so the last line, Rewind's
+own µs per row beside librdkafka's and their ratio, reads off whether Rewind's own CPU per
+record stays within librdkafka's (with ``--real`` the unit's ``produce`` stage already holds
+librdkafka's calls, and the ratio is not printed).
+
 To compare two versions of the code side by side, run it with each one's ``src`` first on
 ``PYTHONPATH``, alternating: ``PYTHONPATH=/old/checkout/src python bench/reproduce_cpu.py``.
 """
@@ -33,13 +43,14 @@ sys.path.insert(0, str(HERE.parent))
 if not os.environ.get("PYTHONPATH"):
     sys.path.insert(0, str(HERE.parent / "src"))
 
-from common import machine, stamp  # noqa: E402
+from common import broker, create_topic, machine, stamp  # noqa: E402
 
 STAGES = ("read", "as_records", "process_batch", "encode", "placement", "produce")
 
 
-def unit(n: int, db: Path, real: bool) -> dict[str, float]:
-    """CPU seconds per stage of one unit holding every row of ``db``."""
+def unit(n: int, db: Path, real: bool, into: Any = None) -> dict[str, float]:
+    """CPU seconds per stage of one unit holding every row of ``db``; ``into``, when given,
+    is called instead of ``produce`` (it keeps the calls for :func:`librdkafka`)."""
     import pyarrow as pa
     import reproduce_translate
 
@@ -81,6 +92,8 @@ def unit(n: int, db: Path, real: bool) -> dict[str, float]:
             }
         )
         produce = producer.produce
+    elif into is not None:
+        produce = into
     else:
 
         def produce(*args: Any, **kwargs: Any) -> None:
@@ -150,18 +163,67 @@ def main() -> None:
     db = Path(tempfile.mkdtemp(prefix="rewind-bench-cpu-")) / "accounts.db"
     fill_sqlite(db, args.rows)
     unit(args.rows, db, args.real)  # imports, the first connection, pandas' caches
-    runs = [unit(args.rows, db, args.real) for _ in range(args.repeat)]
+    calls: list[tuple[Any, ...]] = []
+    unit(args.rows, db, False, into=lambda *a: calls.append(a))  # the records, not timed
+    runs, kafka = [], []
+    with broker() as bootstrap:
+        topic = f"bench-cpu-{time.time_ns()}"
+        create_topic({"bootstrap.servers": bootstrap}, topic, 8)
+        librdkafka(bootstrap, topic, calls[:1000])  # the connection and its first batches
+        for _ in range(args.repeat):
+            runs.append(unit(args.rows, db, args.real))
+            kafka.append(librdkafka(bootstrap, topic, calls))
     per_row = {s: statistics.median(r[s] for r in runs) / args.rows * 1e6 for s in STAGES}
     total = statistics.median(sum(r.values()) for r in runs) / args.rows * 1e6
     load = os.getloadavg()[0]
     into = "librdkafka, no broker" if args.real else "no-op"
     print(f"# {stamp()}  {machine()}  {args.rows:,} rows, median of {args.repeat}, load {load:.1f}")
-    print(f"# code: {Path(rewind.__file__).parent}  produce: {into}")
+    print(f"# code: {Path(str(rewind.__file__)).parent}  produce: {into}")
     fastest = min(sum(r.values()) for r in runs) / args.rows * 1e6  # the least disturbed repeat
     print(
         "  ".join(f"{s}={v:.2f}" for s, v in per_row.items())
         + f"  total={total:.2f}  min={fastest:.2f} us/row"
     )
+    per_record = statistics.median(kafka) / len(calls) * 1e6
+    line = f"librdkafka={per_record:.2f} min={min(kafka) / len(calls) * 1e6:.2f} us/record"
+    if not args.real:
+        line = f"rewind={total:.2f}  {line}  rewind/librdkafka={total / per_record:.2f}"
+    print(line + " (medians, same run)")
+
+
+def librdkafka(bootstrap: str, topic: str, calls: list[tuple[Any, ...]]) -> float:
+    """Process CPU seconds (librdkafka's threads included) of a bare loop that produces
+    ``calls`` (as the unit's produce loop made them) to ``topic`` and flushes."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+            "log_level": 0,
+        }
+    )
+    produce, poll = producer.produce, producer.poll
+    gc.disable()
+    t0 = time.process_time()
+    try:
+        for i, (_, value, key, partition, _cb, _od, ts, headers) in enumerate(calls):
+            while True:
+                try:
+                    produce(topic, value, key, partition, None, None, ts, headers)
+                    break
+                except BufferError:
+                    poll(0.01)
+            if i % 10_000 == 0:
+                poll(0)
+        if producer.flush(120):
+            raise RuntimeError("librdkafka loop: records left undelivered")
+        return time.process_time() - t0
+    finally:
+        gc.enable()
 
 
 if __name__ == "__main__":
