@@ -256,6 +256,8 @@ def execute(
                     if run.parts is not None:  # folded into the sink: the partial rows are not needed
                         run.parts[0].cleanup(run.parts[1])
                 elif isinstance(stage, Conclude):
+                    assert run.staging is not None
+                    sink.check_held(run.staging, run_id)  # a broker may lose what it acknowledged
                     outcome = _conclude(ledger, plan, run_id, run, started)
                     lineage.complete(outcome.counts.to_dict(), run.bytes_read, outcome.staging)
                     return outcome

@@ -17,6 +17,7 @@ from rewind.sinks.kafka.bookkeeping import (
     write_bookkeeping,
 )
 from rewind.sinks.kafka.exceptions import KafkaSinkError
+from rewind.sinks.kafka.held import check_held
 from rewind.sinks.kafka.topics import (
     TIMEOUT_S,
     high_watermarks,
@@ -36,8 +37,9 @@ def promote_topic(sink: KafkaTopicSink, staging: KafkaStaging) -> Swap:
 
     Steps: (1) read the run's bookkeeping; already published → nothing to do; (2) the true
     high watermarks of the topic (a fetch, not ListOffsets ``latest``, which some brokers
-    under-report); (3) check the offsets can hold the rows the commits recorded; (4) write
-    the ``published`` record.
+    under-report); (3) check the topic still holds every committed record (:mod:`.held`:
+    nothing removed from its front, nothing lost from its tail, offsets for every row); (4)
+    write the ``published`` record.
     """
     runlog = staged_run_log(sink.conf, staging)
     before = runlog.publication
@@ -47,13 +49,8 @@ def promote_topic(sink: KafkaTopicSink, staging: KafkaStaging) -> Swap:
         raise KafkaSinkError(f"topic {staging.topic} was deleted by `rewind cleanup`; nothing to promote")
     if not topic_is_there(sink.conf, staging.topic):
         raise KafkaSinkError(f"topic {staging.topic} does not exist; nothing to promote")
+    check_held(sink.conf, staging, runlog)
     ends = high_watermarks(sink.conf, staging.topic)
-    span = sum(ends[p] - staging.start_offsets.get(p, 0) for p in ends)
-    if span < runlog.rows:
-        raise KafkaSinkError(
-            f"topic {staging.topic} spans {span} offsets but the run committed {runlog.rows} rows: "
-            "records were removed (retention? DeleteRecords?); re-run the backfill"
-        )
     publication = {
         "kind": "publication",
         "state": "published",

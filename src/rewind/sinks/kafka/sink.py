@@ -111,6 +111,7 @@ from rewind.sinks.kafka.bookkeeping import (
 )
 from rewind.sinks.kafka.commit_writer import CommitWriter, DecodeRecords, event_ids_in, remove_file
 from rewind.sinks.kafka.exceptions import KafkaSinkError
+from rewind.sinks.kafka.held import check_held
 from rewind.sinks.kafka.publish import cleanup_topic, promote_topic, withdraw_topic
 from rewind.sinks.kafka.topics import (
     DEFAULT_TOPIC_CONFIGS,
@@ -404,8 +405,9 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
            not produced again (an interrupted commit on a broker that shows its records);
         4. (transactional) begin the transaction; produce every remaining row, files in source
            order, serving deliveries between batches; flush and fail on any refused record;
-        5. produce the marker (units, counts, rows, start offsets) to ``rewind.commits`` and
-           flush it — only now, so a visible marker always means all its data is in the log;
+        5. produce the marker (units, counts, rows, the high watermarks before and after the
+           data) to ``rewind.commits`` and flush it — only now, so a visible marker always
+           means all its data is in the log;
         6. (transactional) commit the transaction;
         7. remember the log is clean; delete the committed files from the spool.
 
@@ -444,7 +446,8 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             rows, produced = writer.produce_files(files, sorted(done & set(unit_ids)), present)
             writer.flush()
             faults.point("kafka-commit-before-marker")
-            # 5. the marker, after every data record is acknowledged
+            # 5. the marker, after every data record is acknowledged, with where they end
+            ends = high_watermarks(self.conf, staging.topic) if produced else highs
             counts = json.loads((extra or {}).get(UNIT_COUNTS_KEY, "{}"))
             marker = {
                 "kind": "commit",
@@ -456,6 +459,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
                 "produced": produced,
                 "already_present": rows - produced,
                 "from_offsets": {str(p): o for p, o in sorted(highs.items())},
+                "to_offsets": {str(p): o for p, o in sorted(ends.items())},
                 "extra": {k: v for k, v in (extra or {}).items() if k != UNIT_COUNTS_KEY},
                 "at": now_iso(),
             }
@@ -495,6 +499,11 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             "seconds": round(seconds, 3),
         }
 
+    def check_held(self, staging: KafkaStaging, run_id: str) -> None:
+        """The topic still holds every record the run's commits wrote (:mod:`.held`), or
+        :class:`~rewind.sinks.kafka.held.StagingLost` in one line."""
+        check_held(self.conf, staging, staged_run_log(self.conf, staging, run_id))
+
     # -- reading ------------------------------------------------------------------------------
 
     def read(self, spark: SparkSession, staging: KafkaStaging) -> DataFrame:
@@ -528,8 +537,8 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
 
         Steps: (1) read the run's bookkeeping; already published → nothing to do; (2) the true
         high watermarks of the topic (a fetch, not ListOffsets ``latest``, which some brokers
-        under-report); (3) check the offsets can hold the rows the commits recorded; (4) write
-        the ``published`` record.
+        under-report); (3) check the topic still holds every committed record (:mod:`.held`);
+        (4) write the ``published`` record.
         """
         if rebase:  # SUPPORTS_REBASE is False: the job refuses --rebase before calling
             raise ValueError(f"the {self.kind} sink cannot rebase a promotion")
