@@ -110,3 +110,52 @@ def test_a_continuous_archive_that_keeps_failing_gives_up_in_one_line(
     assert line.startswith(f"continuous archive of {table} stopped: it failed again")
     assert "after 2 restarts within 60 s" in line and "InjectedFault: injected fault at archive-batch" in line
     assert_exactly(archived_rows(quick, table), topic, {0: 10})  # the catch-up pass, nothing twice
+
+
+def test_a_shadow_tail_restarts_after_a_failed_batch_and_v2_holds_each_order_once(
+    noida_broker: Any, spark: Any, tmp_path: Path, fault: Any
+) -> None:
+    """The tail's query fails on a micro-batch; it starts again from its checkpoint, v2 ends
+    equal to a clean recomputation, and ``rewind shadow status`` shows the restart."""
+    import json
+
+    from rewind.ledger import Ledger
+    from rewind.ledger.shadows import ShadowStore
+    from rewind.shadow.start import start_shadow
+    from rewind.spec import load_spec
+    from tests import shadow_fixtures as sf
+
+    _write(
+        tmp_path / "rewind.yaml", "streams: {restart_backoff_s: 0.2, max_restarts: 3, restart_window_s: 60}\n"
+    )
+    settings, conf, topic, db, spec = sf.prepared(noida_broker, spark, tmp_path, "shadow-restart")
+    # the history run, then one sample of the tail: no fault yet
+    started = start_shadow(settings, load_spec(spec), stop=lambda _: True, sample_s=0.5)
+    assert started["state"] == "tailing", started
+    sf.produce_range(conf, topic, 600, 700)
+    fault("shadow-tail-batch:1")  # the tail's first batch with records fails once
+    result = start_shadow(settings, load_spec(spec), stop=lambda p: p.caught_up, sample_s=0.5)
+    assert result["restarts"] == 1 and result["caught_up"] is True, result
+
+    ledger = Ledger.open(settings.ledger)
+    try:
+        record = ShadowStore(ledger.engine).get("shadow-restart")
+        staging = ledger.get_run(record.run_id).staging
+    finally:
+        ledger.close()
+    rows = sf.table_rows(db, staging["table"])
+    assert len(rows) == len({r[0] for r in rows}), "no order twice"
+    assert {r[0]: (r[1], r[2], r[3], r[4]) for r in rows} == sf.expected_rows(conf, topic)
+
+    shown = sf.rewind(
+        sf.shadow_env(tmp_path, noida_broker.bootstrap),
+        tmp_path,
+        "shadow",
+        "status",
+        "shadow-restart",
+        "--json",
+    )
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    status = json.loads(shown.stdout)
+    assert status["restarts"] == 1
+    assert status["last_restart"]["cause"] == "InjectedFault: injected fault at shadow-tail-batch (pass 1)"

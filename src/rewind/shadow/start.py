@@ -164,6 +164,7 @@ def _tail(
     from rewind.shadow.tail import TailWriter
     from rewind.spark import session
     from rewind.spark.shadow_tail import start_tail
+    from rewind.spark.stream_restarts import RestartPolicy, StreamSupervisor
 
     run = ledger.get_run(record.run_id)
     plan = usable_plan(settings, ledger, run.plan_id, how="the original spec (rewind shadow start SPEC)")
@@ -182,23 +183,34 @@ def _tail(
         console.stage(
             "tail", f"follow {', '.join(spec.source.window.topics)} into v2 from {record.history_end}"
         )
-        query = start_tail(
-            spark,
-            kafka_conf=settings.kafka_config(),
-            topics=list(spec.source.window.topics),
-            start=record.history_end,
-            checkpoint=record.checkpoint,
-            trigger_s=spec.shadow.trigger_s,
-            max_offsets_per_trigger=spec.shadow.max_offsets_per_trigger,
-            on_batch=writer,
-            name=f"rewind-shadow-{record.name}",
+        shadow, history_end = spec.shadow, record.history_end
+
+        def start() -> Any:
+            writer.reload()  # the first batch after a (re)start may be a replay of a committed one
+            return start_tail(
+                spark,
+                kafka_conf=settings.kafka_config(),
+                topics=list(spec.source.window.topics),
+                start=history_end,
+                checkpoint=record.checkpoint,
+                trigger_s=shadow.trigger_s,
+                max_offsets_per_trigger=shadow.max_offsets_per_trigger,
+                on_batch=writer,
+                name=f"rewind-shadow-{record.name}",
+            )
+
+        def restarted(n: int, cause: str) -> None:  # `rewind shadow status` shows them
+            store.add_event(record.name, "restart", {"restart": n, "cause": cause})
+
+        tail = StreamSupervisor(
+            f"the live tail of shadow {record.name}", start, RestartPolicy.from_settings(settings), restarted
         )
         progress = None
         recent: list[ShadowEvent] = []
         try:
-            while query.isActive:
-                query.awaitTermination(max(1, round(sample_s)))
-                if not query.isActive:
+            while tail.running:
+                time.sleep(max(1, round(sample_s)))
+                if tail.error() is not None:
                     break
                 lag = sample(
                     settings, spec.source.window.topics, spec.shadow.live_group, sorted(writer.known)
@@ -221,15 +233,16 @@ def _tail(
                 if stop is not None and stop(progress):
                     break
         finally:
-            query.stop()
-        error = query.exception()
+            tail.stop()
+        error = tail.error()
         if error is not None:
-            raise ShadowError(f"the live tail of shadow {record.name} failed: {str(error).splitlines()[0]}")
+            raise ShadowError(str(error))
     s = writer.stats
     return {
         "shadow": record.name,
         "run_id": record.run_id,
         "state": store.get(record.name).state,
+        "restarts": tail.count,
         "batches": s.batches,
         "replayed": s.replayed,
         "records": s.counts.records_read,

@@ -25,6 +25,7 @@ def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[s
         window = int(config.caught_up_for_s) + 120  # enough samples to cover the window at any pace
         events = ctx.store.events(name, "lag", limit=max(history, window))
         ok, reason = caught_up(events, config, now)
+        restarts = ctx.store.events(name, "restart")  # the tail's query, started again after a failure
         if ctx.record.state != "tailing":
             ok, reason = False, f"the shadow is {ctx.record.state}, not tailing"
         return {
@@ -41,6 +42,12 @@ def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[s
             "caught_up_reason": reason,
             "lag_threshold": config.lag_threshold,
             "caught_up_for_s": config.caught_up_for_s,
+            "restarts": len(restarts),
+            "last_restart": (
+                {"at": restarts[-1].at.isoformat(timespec="seconds"), **restarts[-1].details}
+                if restarts
+                else None
+            ),
             "lag_history": [
                 {
                     "at": e.at.isoformat(timespec="seconds"),

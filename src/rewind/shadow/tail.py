@@ -63,11 +63,17 @@ class TailWriter:
         self.sink, self.staging = sink, staging
         self.qsink, self.qstaging = quarantine
         self.spec_json = plan.job_spec().model_dump_json(by_alias=True)
-        # only the first batch after a (re)start can be a replay: read the sink's units once
-        self.known = sink.committed_units(staging, run_id)
-        self.known_q = self.qsink.committed_units(self.qstaging, run_id)
+        self.known: set[str] = set()
+        self.known_q: set[str] = set()
+        self.reload()
         self.stats = TailStats()
         self.fold = row_fold(plan)
+
+    def reload(self) -> None:
+        """Read the units the sink holds: only the first batch after a (re)start of the tail's
+        query can be a replay of a committed one, so this is read once per start."""
+        self.known = self.sink.committed_units(self.staging, self.run_id)
+        self.known_q = self.qsink.committed_units(self.qstaging, self.run_id)
 
     def __call__(self, df: DataFrame, batch: TailBatch) -> None:
         from rewind.spark.job_stage import StageContext
@@ -76,6 +82,7 @@ class TailWriter:
         ids = [u.id for u in batch.units]
         if not ids:
             return
+        faults.fail("shadow-tail-batch")
         if set(ids) <= self.known:
             log.info("tail batch %d (%s) is in v2 already: a replay after a restart", batch.batch_id, ids)
             self.stats.replayed += 1

@@ -18,6 +18,7 @@ one-line :class:`StreamGaveUp` naming the last cause.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -81,6 +82,9 @@ class Restarts:
         return wait
 
 
+_QUALIFIED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.(?=[A-Za-z_]\w*(?::|$))")
+
+
 def first_line(error: object) -> str:
     """The cause in one line: the Python error at the end of a batch's traceback (Spark wraps
     it in "An exception was raised by the Python Proxy..."), else the text's first line."""
@@ -91,6 +95,7 @@ def first_line(error: object) -> str:
         # a Python traceback's error is its first line after the frames (which are indented)
         at = max(i for i, x in enumerate(lines) if "Traceback (most recent call last):" in x)
         line = next((x.strip() for x in lines[at + 1 :] if x.strip() and not x[:1].isspace()), line)
+        line = _QUALIFIED.sub("", line)  # the error's class without its module
     return line if len(line) <= 500 else line[:497] + "..."
 
 
@@ -110,6 +115,7 @@ class StreamSupervisor:
         self._stopping = threading.Event()
         self._gave_up: StreamGaveUp | None = None
         self.query: StreamingQuery = start()
+        self._restart_error: BaseException | None = None
         self._thread = threading.Thread(target=self._watch, name=f"restart {stream}", daemon=True)
         self._thread.start()
 
@@ -127,8 +133,7 @@ class StreamSupervisor:
 
     def _watch(self) -> None:
         while not self._stopping.wait(self._poll_s):
-            query = self.query
-            failure = _failure(query)
+            failure = self._restart_error or _failure(self.query)
             if failure is None:
                 continue
             try:
@@ -141,9 +146,10 @@ class StreamSupervisor:
                 return
             try:
                 self.query = self._start()
+                self._restart_error = None
             except Exception as exc:  # the restart itself failed (the broker is still down...)
                 log.warning("%s: restart failed (%s)", self.restarts.stream, first_line(exc))
-                self.query = _Failed(exc)  # counted as a failure on the next poll
+                self._restart_error = exc  # counted as a failure on the next poll
                 continue
             if self._on_restart is not None:
                 try:
@@ -154,33 +160,15 @@ class StreamSupervisor:
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join(timeout=30)
-        query = self.query
-        if not isinstance(query, _Failed) and query.isActive:
-            query.stop()
+        if self.query.isActive:
+            self.query.stop()
 
 
-def _failure(query: Any) -> object | None:
+def _failure(query: StreamingQuery) -> object | None:
     """The query's error if it ended with one (a query stopped on purpose has none)."""
-    if isinstance(query, _Failed):
-        return query.error
     if query.isActive:
         return None
     return query.exception()
-
-
-class _Failed:
-    """Stands for a query whose restart raised."""
-
-    isActive = False
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def exception(self) -> BaseException:
-        return self.error
-
-    def stop(self) -> None:
-        return None
 
 
 _COUNTER: Any = None
