@@ -85,7 +85,7 @@ def one(catalog: object, name: str, live: object, data: object, merge: bool) -> 
         out["merge_s"] = time.perf_counter() - began - appended
         out["merge_cpu_s"] = time.process_time() - cpu - appended_cpu
         out["counts"] = result.counts  # type: ignore[assignment]
-    # the process's CPU time (all its threads) moves far less with other sessions' load than
+    # the process's CPU time (all its threads) moves far less with other processes' load than
     # the wall clock does: both are reported
     out["total_s"] = time.perf_counter() - began
     out["total_cpu_s"] = time.process_time() - cpu

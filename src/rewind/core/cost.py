@@ -24,11 +24,11 @@ from typing import Any
 
 DEFAULT_RECORDS_PER_CORE_SECOND = 47_110.0
 """``rewind run`` end to end (read, JSON decode, translate, lineage, quarantine, unit commits to
-Iceberg) measured at 94,221 records/s on the 2-core VM, quiet (bench/RESULTS.md, "Backfill job
+Iceberg) measured at 94,221 records/s on a quiet 2-core machine (bench/RESULTS.md, "Backfill job
 end to end", quiet re-run): 94,221 / 2 cores. A rehearsal of the spec replaces it."""
 
 DEFAULT_SPARK_STARTUP_S = 12.0
-"""Spark session start-up (JVM, local[*], first job) measured at 12.3 s on the same VM under a
+"""Spark session start-up (JVM, local[*], first job) measured at 12.3 s on the same machine under a
 load average of ~3 (``session(settings)`` then ``range(10).count()``), 2026-11-25."""
 
 DEFAULT_COMMIT_S_PER_UNIT = 0.01

@@ -435,7 +435,7 @@ def _lookup(spark: SparkSession, column: str, values: list[int], flag: str | Non
 
     Joined on, it is a lookup in Spark's long-keyed hash relation. An ``IN`` list of thousands
     of values is instead a hash set of boxed Longs: it cost ~0.4 s per pass at 10M rows a side
-    (bench/RESULTS.md, eighth session).
+    (bench/RESULTS.md, ``bench/verify.py``).
     """
     from pyspark.sql import functions as F
 
