@@ -153,6 +153,7 @@ ENV_CASES = [
         "ENVSECRET",
     ),
     ("REWIND_LEDGER_URL", "sqlite:////srv/ledger.db", lambda s: s.ledger, "sqlite:////srv/ledger.db"),
+    ("REWIND_LEDGER_RETRY_S", "5", lambda s: s.ledger_retry_s, 5.0),
     ("REWIND_SPARK_MASTER", "local[2]", lambda s: s.spark.master, "local[2]"),
     ("REWIND_SPARK_REMOTE", "sc://env-connect:15002", lambda s: s.spark.remote, "sc://env-connect:15002"),
     (

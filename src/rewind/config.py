@@ -16,6 +16,7 @@ File shape (every key optional)::
       name: rewind
       properties: {type: sql, uri: "sqlite:///.rewind/catalog.db", warehouse: "file:///..."}
     ledger_url: sqlite:///.rewind/ledger.db    # or postgresql+psycopg://user:pw@host/db
+    ledger_retry_s: 60                 # how long a lost ledger database is waited for (0: not at all)
     spark:
       master: local[*]                 # or spark://host:7077, yarn, k8s://...
       remote: null                     # Spark Connect, e.g. sc://host:15002 (wins over master)
@@ -55,6 +56,7 @@ Environment variables (each overrides the file):
 ``REWIND_CATALOG__<PROP>``                  ``catalog.properties``; as pyiceberg: ``__`` → ``.``,
                                             ``_`` → ``-`` (``S3__ACCESS_KEY_ID`` → ``s3.access-key-id``)
 ``REWIND_LEDGER_URL``                       ``ledger_url``
+``REWIND_LEDGER_RETRY_S``                   ``ledger_retry_s``
 ``REWIND_SPARK_MASTER`` / ``_REMOTE``       ``spark.master`` / ``spark.remote``
 ``REWIND_SPARK_CONF``                       JSON object merged into ``spark.conf``
 ``REWIND_DEV_BROKER_PORT``                  ``dev.broker_port``
@@ -199,6 +201,8 @@ class Settings(_Model):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     catalog: CatalogSettings = Field(default_factory=CatalogSettings)
     ledger_url: str | None = None
+    ledger_retry_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 60.0
+    """Seconds an outage of the ledger's database is ridden out (:mod:`rewind.ledger.outage`)."""
     spark: SparkSettings = Field(default_factory=SparkSettings)
     dev: DevSettings = Field(default_factory=DevSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
@@ -279,6 +283,7 @@ class Settings(_Model):
             },
             "catalog": {"name": self.catalog.name, "properties": self.catalog_properties()},
             "ledger_url": self.ledger,
+            "ledger_retry_s": self.ledger_retry_s,
             "spark": self.spark.model_dump(),
             "dev": self.dev.model_dump(),
             "metrics": self.metrics.model_dump(),
@@ -345,6 +350,7 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         "REWIND_BOOTSTRAP_SERVERS": ("kafka", "bootstrap_servers"),
         "REWIND_CATALOG_NAME": ("catalog", "name"),
         "REWIND_LEDGER_URL": ("ledger_url",),
+        "REWIND_LEDGER_RETRY_S": ("ledger_retry_s",),
         "REWIND_SPARK_MASTER": ("spark", "master"),
         "REWIND_SPARK_REMOTE": ("spark", "remote"),
         "REWIND_DEV_BROKER_PORT": ("dev", "broker_port"),

@@ -65,7 +65,7 @@ from rewind.job.stages import (
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
-    from rewind.ledger import Ledger
+    from rewind.ledger import Ledger, LedgerUnavailable
     from rewind.sinks.base import Staging, StagingSink
     from rewind.sinks.iceberg import IcebergSink, IcebergStaging
     from rewind.spec import JobSpec
@@ -148,7 +148,7 @@ def execute(
     ``timings`` (``rewind rehearse``) hears one entry per wave: its units, records,
     seconds in Spark (read, decode, translate, write in the tasks) and seconds of its commits."""
     from rewind.job.components import make_sink, quarantine_table
-    from rewind.ledger import LeaseHeld
+    from rewind.ledger import LeaseHeld, LedgerUnavailable
     from rewind.openlineage.jobs import JobRun
 
     spec = plan.job_spec()
@@ -277,9 +277,22 @@ def execute(
             ledger.set_state(run_id, "interrupted", error=INTERRUPTED)
             lineage.abort()
             raise KeyboardInterrupt from exc
-        ledger.set_state(run_id, "failed", error=error_line(exc))
+        try:
+            ledger.set_state(run_id, "failed", error=error_line(exc))
+        except LedgerUnavailable as gone:  # left `running`: a resume takes over from this process
+            lineage.fail(exc)
+            raise _ledger_lost(run_id, gone) from exc
         lineage.fail(exc)
+        if isinstance(exc, LedgerUnavailable):
+            raise _ledger_lost(run_id, exc) from exc
         raise
+
+
+def _ledger_lost(run_id: str, exc: LedgerUnavailable) -> LedgerUnavailable:
+    """The one line of a run the ledger's outage stopped (:mod:`rewind.ledger.outage`)."""
+    from rewind.ledger import LedgerUnavailable
+
+    return LedgerUnavailable(f"run {run_id} stopped: {exc}; `rewind resume {run_id}` once it is back")
 
 
 @dataclass

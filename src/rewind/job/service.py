@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 def open_ledger(settings: Settings) -> Ledger:
     from rewind.ledger import Ledger
 
-    return Ledger.open(settings.ledger)
+    return Ledger.open(settings.ledger, retry_s=settings.ledger_retry_s)
 
 
 @emits(lineage.plan, lineage.planned)

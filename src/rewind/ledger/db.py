@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, make_url, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from rewind.errors import ConfigError, RewindError
@@ -40,7 +40,8 @@ def connect(url: str) -> Engine:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
-        engine = create_engine(url, pool_pre_ping=True)
+        # pre-ping: a connection a restart or a cut left dead is replaced before use
+        engine = create_engine(url, pool_pre_ping=True, connect_args=_pg_timeouts(url))
     except (SQLAlchemyError, ImportError, ValueError) as exc:
         raise ConfigError(
             f"ledger_url {mask_url(url)!r} is not a usable database URL ({exc.__class__.__name__}); "
@@ -50,6 +51,26 @@ def connect(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+PG_TIMEOUTS: dict[str, int] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 15,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+"""libpq parameters a PostgreSQL ledger gets unless its URL sets them: a server that stops
+answering without closing the connection (a cut network) fails the transaction within about
+30 s, which the retries then ride out, instead of hanging until the kernel gives up."""
+
+
+def _pg_timeouts(url: str) -> dict[str, Any]:
+    if not url.startswith("postgresql"):
+        return {}
+    given = set(make_url(url).query)
+    return {k: v for k, v in PG_TIMEOUTS.items() if k not in given}
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, case, delete, or_, select, update
 
-from rewind.ledger._common import db_now, insert_audit, owner_is_dead, upsert
+from rewind.ledger._common import current_owner, db_now, insert_audit, owner_is_dead, upsert
 from rewind.ledger.exceptions import LeaseHeld, LeaseLost
 from rewind.ledger.models import Lease
 from rewind.ledger.schema import leases
@@ -178,7 +178,8 @@ class LeaseKeeper:
     heartbeat finds the lease gone, or heartbeats keep failing until the lease would have
     expired, :attr:`lost` is set: the runner must stop writing (check it between stages, or
     call :meth:`check`). This is the fencing that keeps a paused process from writing after
-    another took over.
+    another took over. While held, the ledger's first write after an outage also calls
+    :meth:`verify` inside its own transaction (:mod:`rewind.ledger.outage`).
     """
 
     def __init__(
@@ -209,6 +210,7 @@ class LeaseKeeper:
         began = time.monotonic()
         self.lease = self.ledger.acquire(self.target, self.holder, self.ttl_s, owner=self.owner)
         self._deadline = began + self.ttl_s
+        self.ledger.outage.watch(self)
         self._thread = threading.Thread(target=self._beat, name=f"rewind-lease-{self.target}", daemon=True)
         self._thread.start()
         return self
@@ -217,6 +219,7 @@ class LeaseKeeper:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._stop.set()
+        self.ledger.outage.unwatch(self)
         if self._thread is not None:
             self._thread.join(timeout=max(self.ttl_s, 5.0))
         try:  # even when lost: release only deletes a row this holder and owner still hold
@@ -242,6 +245,26 @@ class LeaseKeeper:
             self._lose(LeaseLost(self.target, self.holder))
         if self.lost.is_set():
             raise self.error or LeaseLost(self.target, self.holder)
+
+    def verify(self, conn: Connection) -> float:
+        """Inside the caller's write transaction, raise :class:`LeaseLost` (and stay lost) unless
+        the lease is still ours: :meth:`check`, then a compare-and-set renewal of the row by this
+        holder and owner. Returns when the renewal began, for :meth:`renewed` once it committed
+        (not before: the caller's transaction may yet roll back).
+        """
+        self.check()
+        began = time.monotonic()
+        try:
+            heartbeat(conn, self.target, self.holder, self.ttl_s, self.owner or current_owner())
+        except LeaseLost as exc:
+            self._lose(exc)
+            log.error("%s", exc)
+            raise
+        return began
+
+    def renewed(self, began: float) -> None:
+        """A renewal that began at ``began`` (``time.monotonic()``) has committed."""
+        self._deadline = max(self._deadline, began + self.ttl_s)
 
     def _lose(self, error: LeaseLost) -> None:
         if self.error is None:

@@ -3,7 +3,9 @@
 A :class:`Ledger` does no I/O when constructed; :meth:`Ledger.open` connects and makes sure
 the tables exist. Every method runs in its own short transaction, and every method that
 reads before it writes takes the write lock first (SQLite ``BEGIN IMMEDIATE``, PostgreSQL
-row locks or conditional statements), so several processes may share one ledger.
+row locks or conditional statements), so several processes may share one ledger. A method
+that loses the database runs again while the outage lasts less than ``retry_s``, and a
+lease holder's first write after an outage checks the lease first (:mod:`rewind.ledger.outage`).
 
 What goes in is cleaned: JSON (specs, plans, staging, totals, audit details) through
 :func:`rewind.secrets.mask`, error texts through :func:`rewind.secrets.mask_url`.
@@ -12,14 +14,13 @@ What comes out are frozen records with timezone-aware UTC datetimes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 from uuid import uuid4
 
 from sqlalchemy import Connection, Engine, RowMapping, func, literal, select, update
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from rewind.ledger import leases as _leases
 from rewind.ledger._common import (
@@ -41,7 +42,6 @@ from rewind.ledger.db import WRITE, connect, ensure_schema
 from rewind.ledger.exceptions import (
     IllegalTransition,
     LedgerError,
-    LedgerUnavailable,
     NotFound,
     PlanConflict,
     UnitStateError,
@@ -61,6 +61,8 @@ from rewind.ledger.models import (
     UnitResult,
     unit_id,
 )
+from rewind.ledger.outage import RETRY_S, Outage
+from rewind.ledger.outage import retried as _retried
 from rewind.ledger.schema import UTCDateTime, audit, plans, runs, units
 from rewind.secrets import mask_url
 
@@ -76,27 +78,31 @@ def new_run_id(now: datetime | None = None) -> str:
 class Ledger:
     """Plans, runs, units, leases and audit of Rewind, in one database."""
 
-    def __init__(self, engine: Engine, *, user: str | None = None) -> None:
+    def __init__(self, engine: Engine, *, user: str | None = None, retry_s: float = RETRY_S) -> None:
         """Wrap ``engine`` (made by :func:`rewind.ledger.connect`); no I/O happens here.
 
         ``user`` is who is recorded on runs and audit entries; by default the login name.
+        ``retry_s`` bounds how long a lost database is waited for (``ledger_retry_s``).
         """
         if engine.dialect.name not in ("sqlite", "postgresql"):
             raise LedgerError(f"the ledger runs on SQLite or PostgreSQL, not {engine.dialect.name}")
         self.engine = engine
         self.user = user or current_user()
-        self._writer = engine.execution_options(**WRITE)
+        self.outage = Outage(engine, engine.execution_options(**WRITE), retry_s)
 
     @classmethod
-    def open(cls, url: str, *, user: str | None = None) -> Ledger:
-        """Connect to ``url`` and create or upgrade the tables."""
+    def open(cls, url: str, *, user: str | None = None, retry_s: float = RETRY_S) -> Ledger:
+        """Connect to ``url`` and create or upgrade the tables (at once: no retry before the
+        database was ever reached)."""
         engine = connect(url)
         try:
             ensure_schema(engine)
         except Exception:
             engine.dispose()
             raise
-        return cls(engine, user=user)
+        ledger = cls(engine, user=user, retry_s=retry_s)
+        ledger.outage.reached = True
+        return ledger
 
     def close(self) -> None:
         self.engine.dispose()
@@ -110,21 +116,16 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({mask_url(str(self.engine.url))!r})"
 
-    @contextmanager
-    def _tx(self, write: bool = True) -> Iterator[Connection]:
-        """One transaction; losing the database becomes a one-line :class:`LedgerUnavailable`."""
-        try:
-            with (self._writer if write else self.engine).begin() as conn:
-                yield conn
-        except (OperationalError, InterfaceError) as exc:
-            detail = str(exc.orig) if exc.orig is not None else str(exc)
-            raise LedgerUnavailable(
-                f"ledger at {mask_url(str(self.engine.url))} failed: "
-                f"{mask_url(detail).strip().splitlines()[0] if detail.strip() else type(exc).__name__}"
-            ) from exc
+    def _tx(self, write: bool = True, *, fenced: bool = True) -> AbstractContextManager[Connection]:
+        """One transaction; losing the database is a one-line :class:`LedgerUnavailable`.
+
+        A write after an outage is fenced (a lease keeper's checks first) unless ``fenced`` is
+        False: the lease methods, compare-and-set themselves."""
+        return self.outage.transaction(write=write, fenced=write and fenced)
 
     # -- plans -------------------------------------------------------------------------------
 
+    @_retried
     def save_plan(
         self, plan_id: str, name: str, spec: Mapping[str, Any] | str, plan: Mapping[str, Any] | str
     ) -> PlanRecord:
@@ -157,6 +158,7 @@ class Ledger:
             raise PlanConflict(plan_id, differs)
         return stored
 
+    @_retried
     def get_plan(self, plan_id: str) -> PlanRecord:
         with self._tx(write=False) as conn:
             return self._plan(conn, plan_id)
@@ -171,6 +173,7 @@ class Ledger:
 
     # -- runs --------------------------------------------------------------------------------
 
+    @_retried
     def create_run(
         self,
         plan_id: str,
@@ -205,11 +208,13 @@ class Ledger:
             )
             return self._run(conn, run_id)
 
+    @_retried
     def get_run(self, run_id: str) -> RunRecord:
         """The run ``run_id``; :class:`NotFound` if there is none."""
         with self._tx(write=False) as conn:
             return self._run(conn, run_id)
 
+    @_retried
     def list_runs(self, limit: int = 20, name: str | None = None) -> list[RunRecord]:
         """The newest ``limit`` runs, newest first, optionally of one job ``name``."""
         if limit <= 0:
@@ -220,6 +225,7 @@ class Ledger:
         with self._tx(write=False) as conn:
             return [_run_record(r._mapping) for r in conn.execute(query)]
 
+    @_retried
     def set_state(
         self,
         run_id: str,
@@ -267,6 +273,8 @@ class Ledger:
             ).rowcount
             if not moved:
                 current = self._run(conn, run_id).state
+                if current == state and self.outage.retrying:  # the lost attempt had committed
+                    return self._run(conn, run_id)
                 raise IllegalTransition(run_id, current, state, sorted(TRANSITIONS[current]))
             return self._run(conn, run_id)
 
@@ -279,6 +287,7 @@ class Ledger:
 
     # -- units -------------------------------------------------------------------------------
 
+    @_retried
     def add_units(self, run_id: str, ranges: Iterable[UnitRange]) -> int:
         """Add the work units of a run as ``pending``; units already there are left alone.
 
@@ -333,6 +342,7 @@ class Ledger:
         """
         return self._units(run_id, pending=True)
 
+    @_retried
     def _units(self, run_id: str, *, pending: bool) -> list[UnitRecord]:
         query = (
             select(units)
@@ -344,6 +354,7 @@ class Ledger:
         with self._tx(write=False) as conn:
             return [_unit_record(r._mapping) for r in conn.execute(query)]
 
+    @_retried
     def mark_running(self, run_id: str, unit_ids: Sequence[str]) -> None:
         """Start an attempt of each unit: state ``running``, ``attempts`` + 1.
 
@@ -367,6 +378,7 @@ class Ledger:
                 if changed != len(part):
                     self._refuse(conn, run_id, part, "cannot start")
 
+    @_retried
     def fail_units(self, run_id: str, unit_ids: Sequence[str], error: str) -> None:
         """Record a failed attempt of each unit (state ``failed``, ``error`` masked).
 
@@ -385,6 +397,25 @@ class Ledger:
                 if changed != len(part):
                     self._refuse(conn, run_id, part, "cannot fail")
 
+    def reopen_units(self, run_id: str, unit_ids: Sequence[str], error: str) -> None:
+        """Units whose committed output the sink no longer holds (a broker that lost what it
+        acknowledged): state ``failed`` with ``error``, counts cleared, so a resume does them
+        again. All or nothing; an unknown unit raises :class:`UnitStateError`."""
+        ids = _unique(unit_ids)
+        now = utcnow()
+        text = clean_text(error)
+        cleared = dict.fromkeys(_COUNTS, 0)
+        with self._tx() as conn:
+            for part in chunks(ids):
+                changed = conn.execute(
+                    update(units)
+                    .where(units.c.run_id == run_id, units.c.unit_id.in_(part))
+                    .values(state="failed", finished_at=now, error=text, reasons={}, **cleared)
+                ).rowcount
+                if changed != len(part):
+                    self._refuse(conn, run_id, part, "cannot reopen")
+
+    @_retried
     def complete_units(self, run_id: str, results: Iterable[UnitResult]) -> None:
         """Mark units ``done`` with their counts, all in ONE transaction: all or nothing.
 
@@ -431,6 +462,7 @@ class Ledger:
                     .values(state="done", finished_at=now, error=None, **counts)
                 )
 
+    @_retried
     def unit_counts(self, run_id: str) -> RunTotals:
         """Totals over the run's units: how many in each state, summed counts, merged reasons."""
         sums = [func.coalesce(func.sum(getattr(units.c, k)), 0) for k in _COUNTS]
@@ -466,6 +498,7 @@ class Ledger:
 
     # -- leases ------------------------------------------------------------------------------
 
+    @_retried
     def acquire(self, target: str, holder: str, ttl_s: float, *, owner: str | None = None) -> Lease:
         """Take the lease on ``target`` for run ``holder`` for ``ttl_s`` seconds.
 
@@ -475,24 +508,27 @@ class Ledger:
         naming the holding run, its ``host:pid`` and the expiry. ``owner`` defaults to this
         process (``host:pid``).
         """
-        with self._tx() as conn:
+        with self._tx(fenced=False) as conn:
             return _leases.acquire(conn, target, holder, ttl_s, owner or current_owner(), self.user)
 
     def heartbeat(self, target: str, holder: str, ttl_s: float, *, owner: str | None = None) -> Lease:
         """Extend the lease by ``ttl_s`` from now; :class:`LeaseLost` if it is no longer ours."""
-        with self._tx() as conn:
+        with self._tx(fenced=False) as conn:
             return _leases.heartbeat(conn, target, holder, ttl_s, owner or current_owner())
 
+    @_retried
     def release(self, target: str, holder: str, *, owner: str | None = None) -> bool:
         """Give the lease up; False when this holder and process did not hold it."""
-        with self._tx() as conn:
+        with self._tx(fenced=False) as conn:
             return _leases.release(conn, target, holder, owner or current_owner())
 
+    @_retried
     def lease(self, target: str) -> Lease | None:
         """The lease row on ``target`` (possibly expired), or None."""
         with self._tx(write=False) as conn:
             return _leases.read_lease(conn, target)
 
+    @_retried
     def clock(self) -> datetime:
         """Now, by the clock leases expire by (the database's on PostgreSQL)."""
         with self._tx(write=False) as conn:
@@ -506,6 +542,7 @@ class Ledger:
 
     # -- audit -------------------------------------------------------------------------------
 
+    @_retried
     def audit(self, run_id: str | None, action: str, details: Mapping[str, Any] | None = None) -> AuditEntry:
         """Append an entry (``plan``, ``run``, ``resume``, ``promote``, ``rollback``, ``cleanup``...).
 
@@ -514,6 +551,7 @@ class Ledger:
         with self._tx() as conn:
             return insert_audit(conn, run_id, action, self.user, details)
 
+    @_retried
     def audit_log(self, run_id: str | None = None, *, limit: int | None = None) -> list[AuditEntry]:
         """Entries of one run (or of all runs), oldest first; the newest ``limit`` if given."""
         query = select(audit).order_by(audit.c.id.desc())
