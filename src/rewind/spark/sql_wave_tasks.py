@@ -1,0 +1,249 @@
+"""The tasks of a ``translate.sql`` wave (:mod:`rewind.spark.sql_wave`): records tagged with
+their unit, decoded into the view ``events``, and each unit finished with the query's rows by
+the Python translate's own :func:`~rewind.translate.process.process_batch`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rewind.core.arrow import schema_from_b64
+from rewind.core.columns import ROW, ROW_INDEX
+from rewind.core.store import activate
+from rewind.errors import RewindError
+from rewind.spark.job_stage import StageContext, unit_result_rows
+from rewind.spark.progress_channel import PROGRESS_OPTION
+from rewind.spark.sql_translate import SqlTranslateError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from rewind.core.units import WorkUnit
+
+UNIT = "_rewind_unit"
+"""The column of the records and of the query's rows that names the unit (its ordinal)."""
+
+ROW_BITS = 40
+"""``_rewind_row`` = unit ordinal << ROW_BITS | (offset - unit start): a unit spans fewer than
+2**40 offsets, a wave fewer than 2**23 units."""
+
+
+def row_id(ordinal: int, offset_in_unit: int) -> int:
+    return (ordinal << ROW_BITS) | offset_in_unit
+
+
+class TagUnits:
+    """``mapInArrow``: Kafka-schema batches in, the same with :data:`UNIT` (records outside
+    the wave's units, which a range read never yields, are dropped)."""
+
+    def __init__(self, units: tuple[WorkUnit, ...]) -> None:
+        self.units = units
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+        import pyarrow as pa
+
+        by_partition: dict[tuple[str, int], list[tuple[int, WorkUnit]]] = {}
+        for ordinal, unit in enumerate(self.units):
+            by_partition.setdefault((unit.topic, unit.partition), []).append((ordinal, unit))
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            topics = batch.column("topic").to_numpy(zero_copy_only=False)
+            partitions = batch.column("partition").to_numpy(zero_copy_only=False)
+            offsets = batch.column("offset").to_numpy(zero_copy_only=False)
+            tags = np.full(batch.num_rows, -1, dtype=np.int32)
+            for (topic, partition), units in by_partition.items():
+                mine = (topics == topic) & (partitions == partition)
+                if not mine.any():
+                    continue
+                for ordinal, unit in units:
+                    tags[mine & (offsets >= unit.start) & (offsets < unit.end)] = ordinal
+            keep = tags >= 0
+            tagged = batch.append_column(UNIT, pa.array(tags, type=pa.int32()))
+            yield tagged if keep.all() else tagged.filter(pa.array(keep))
+
+
+class DecodeEvents:
+    """``mapInArrow``: tagged records in, the view ``events`` out (decodable records only; the
+    failures are found again, and quarantined, by :class:`FinishUnits`)."""
+
+    def __init__(self, spec_json: str, units: tuple[WorkUnit, ...], schema: pa.Schema) -> None:
+        self.spec_json, self.starts, self.schema = spec_json, [u.start for u in units], schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from rewind.spec import JobSpec
+        from rewind.translate.factory import make_decoder
+
+        decoder = make_decoder(JobSpec.model_validate_json(self.spec_json).decode)
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            events = decoder.decode(batch.drop_columns([UNIT])).events
+            if len(events) == 0:
+                continue
+            units = batch.column(UNIT).to_numpy(zero_copy_only=False)[events[ROW].to_numpy()]
+            yield from events_batches(events, units, self.starts, self.schema)
+
+
+def events_batches(
+    events: pd.DataFrame, units: Any, starts: list[int], schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """Decoded events as the view's Arrow rows: ``_rewind_row`` made the wave's record id."""
+    import numpy as np
+    import pyarrow as pa
+
+    offsets = events["_src_offset"].to_numpy(dtype=np.int64)
+    ids = (units.astype(np.int64) << ROW_BITS) | (offsets - np.asarray(starts, dtype=np.int64)[units])
+    frame = events.reset_index(drop=True).assign(**{ROW: ids})
+    try:
+        table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False, safe=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise SqlTranslateError(
+            f"decoded events do not fit the view events' columns ({exc}); declare decode.schema so "
+            "that every record's fields have one type"
+        ) from exc
+    yield from table.to_batches()
+
+
+class QueryFailedOnRecord(RewindError):
+    """The query failed on this record alone (Spark's message): quarantined as ``translate-error``."""
+
+
+class QueryRows:
+    """A unit's rows of the query, served as a translate function's output to
+    :func:`~rewind.translate.process.process_batch`: the rows of the records it is given, and
+    an error for a record the query failed on (which process_batch isolates and quarantines)."""
+
+    def __init__(self, rows: pd.DataFrame, failed: dict[int, tuple[str, str]], whole: int) -> None:
+        self.rows, self.failed, self.whole = rows, failed, whole
+        """``whole``: how many events the unit decodes to (asked for all of them, all rows)."""
+        self.__name__ = "translate.sql"
+
+    def __call__(self, events: pd.DataFrame) -> pd.DataFrame:
+        asked = events[ROW].to_numpy()
+        if self.failed:
+            for row in set(asked.tolist()) & self.failed.keys():
+                kind, message = self.failed[row]
+                # named as Spark named the error, as the record's quarantine reason says
+                raise type(kind, (QueryFailedOnRecord,), {})(message)
+        return self.rows if len(asked) == self.whole else self.rows[self.rows[ROW].isin(asked)]
+
+
+@dataclass(frozen=True)
+class WaveQuery:
+    """What the finishing tasks need besides the stage context (pickled to every task)."""
+
+    ctx: StageContext
+    failed: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """Wave record id → Spark's error (class name, message), for the records the query failed
+    on alone."""
+    fetch: dict[str, str] | None = None
+    """The ``rewind-kafka`` reader's options when each finishing task reads its unit's records
+    from Kafka itself (None: they come from the wave's persisted records)."""
+
+
+class FinishUnits:
+    """``cogroup.applyInArrow``: one unit's records and its query rows in, its result row out."""
+
+    def __init__(self, wave: WaveQuery) -> None:
+        self.wave = wave
+
+    def __call__(self, key: tuple[Any, ...], records: pa.Table, rows: pa.Table) -> pa.Table:
+        import numpy as np
+        import pyarrow as pa
+
+        from rewind.spark.job_stage import UnitFiles, result_arrow_schema
+        from rewind.spec import JobSpec
+        from rewind.translate.factory import lineage_options, make_decoder, transform_name
+        from rewind.translate.process import ProcessContext, process_batch
+
+        ctx = self.wave.ctx
+        activate(ctx.store)  # a unit the task loads into the sink reads its files back
+        ordinal = int(key[0].as_py())
+        unit = ctx.units[ordinal]
+        schema = schema_from_b64(ctx.output_schema_b64)
+        out = UnitFiles(ctx, unit, schema)
+        if self.wave.fetch is not None:
+            records = read_unit(self.wave.fetch, unit)
+        if records.num_rows:
+            spec = JobSpec.model_validate_json(ctx.spec_json)
+            batch = records.drop_columns([c for c in (UNIT,) if c in records.column_names]).sort_by("offset")
+            if ctx.latest is not None:
+                batch, left_out = ctx.latest.split(batch, unit.topic, unit.partition)
+                out.counts = out.counts.merge(left_out)
+            offsets = batch["offset"].to_numpy()
+            frame = rows.drop_columns([UNIT]).to_pandas()
+            wanted = (frame[ROW].to_numpy(dtype=np.int64) & ((1 << ROW_BITS) - 1)) + unit.start
+            at = np.searchsorted(offsets, wanted)
+            found = (at < len(offsets)) & (offsets[np.minimum(at, len(offsets) - 1)] == wanted)
+            frame = frame[found].assign(**{ROW: at[found].astype(np.int64)})
+            frame.index = frame[ROW].to_numpy()
+            frame.index.name = ROW_INDEX
+            base = ordinal << ROW_BITS
+            failed = {
+                int(np.searchsorted(offsets, (rid - base) + unit.start)): why
+                for rid, why in self.wave.failed.items()
+                if rid >> ROW_BITS == ordinal
+            }
+            pctx = ProcessContext(
+                ctx.run_id, unit.id, transform_name(spec.translate), spec.translate.version, datetime.now(UTC)
+            )
+            decoder = make_decoder(spec.decode)
+            decoded = len(decoder.decode(batch).events) if failed else -1
+            result = process_batch(
+                batch,
+                decoder,
+                QueryRows(frame, failed, decoded),
+                spec.key,
+                pctx,
+                output_schema=pa.schema([f for f in schema if not f.name.startswith("_rewind_")]),
+                translator_name="translate.sql",
+                **lineage_options(spec),
+            )
+            out.write(result.rows, result.quarantine)
+            out.counts = out.counts.merge(result.counts)
+        elif rows.num_rows:
+            raise SqlTranslateError(f"unit {unit.id}: the query gave rows for records it was not given")
+        if out.counts.records_read == 0:
+            return pa.Table.from_pylist([], schema=result_arrow_schema())
+        return pa.Table.from_pylist(unit_result_rows(ctx, [out]), schema=result_arrow_schema())
+
+
+class FetchDecode:
+    """``mapInArrow`` over task ids: each task reads its ranges from Kafka (the ``rewind-kafka``
+    reader's own fetch loop, rate limit and progress reports) and yields the view's rows, so the
+    records themselves never cross into the JVM (:class:`TagUnits` + :class:`DecodeEvents`)."""
+
+    def __init__(
+        self, ctx: StageContext, schema: pa.Schema, options: dict[str, str], tasks: list[list[dict[str, Any]]]
+    ) -> None:
+        self.ctx, self.schema, self.options, self.tasks = ctx, schema, options, tasks
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from rewind.core.ranges import OffsetRange
+        from rewind.spark.kafka_source import KafkaBatchReader, RangesPartition
+
+        reader = KafkaBatchReader(self.options)
+        decode = DecodeEvents(self.ctx.spec_json, self.ctx.units, self.schema)
+        for batch in batches:
+            for task_id in batch.column(0).to_pylist():
+                ranges = [OffsetRange.from_dict(d) for d in self.tasks[task_id]]
+                yield from decode(TagUnits(self.ctx.units)(reader.read(RangesPartition(ranges))))
+
+
+def read_unit(options: dict[str, str], unit: WorkUnit) -> pa.Table:
+    """One unit's records, read from Kafka by the task that finishes it (no progress reports:
+    the wave's first read counted them)."""
+    import pyarrow as pa
+
+    from rewind.spark.kafka_source import KafkaBatchReader, RangesPartition
+
+    reader = KafkaBatchReader({k: v for k, v in options.items() if k != PROGRESS_OPTION})
+    batches = [b for b in reader.read(RangesPartition([unit.range])) if b.num_rows]
+    if not batches:
+        return pa.Table.from_pylist([])
+    return pa.Table.from_batches(batches)
