@@ -34,20 +34,20 @@ def _spec_data(
     topic: str, table: str, archive: str, declared: int, allow_gaps: bool = False
 ) -> dict[str, Any]:
     return {
-            "name": "history-job",
-            "source": {
-                "history": {
-                    "topics": [topic],
-                    "archive": archive,
-                    "declared_log_start": {topic: {"0": declared, "1": declared}},
-                    "allow_gaps": allow_gaps,
-                }
-            },
-            "decode": "json",
-            "translate": {"function": "tests.job_fixtures:order_amounts", "version": "1"},
-            "key": ["order_id"],
-            "sink": {"iceberg": {"table": table}},
-            "run": {"work_unit_records": 250},
+        "name": "history-job",
+        "source": {
+            "history": {
+                "topics": [topic],
+                "archive": archive,
+                "declared_log_start": {topic: {"0": declared, "1": declared}},
+                "allow_gaps": allow_gaps,
+            }
+        },
+        "decode": "json",
+        "translate": {"function": "tests.job_fixtures:order_amounts", "version": "1"},
+        "key": ["order_id"],
+        "sink": {"iceberg": {"table": table}},
+        "run": {"work_unit_records": 250},
     }
 
 
@@ -130,8 +130,14 @@ def test_offsets_never_archived_and_gone_from_kafka_refuse_the_plan(
     # `rewind plan` says the same in one line (it crashed with KeyError: 'partitions')
     data = _spec_data(topic_name, "an.gappy", archive, declared=80)
     spec_path = jf.write_spec(tmp_path / "gappy.yaml", data)
-    shown = subprocess.run([jf.REWIND_BIN, "plan", str(spec_path)], cwd=tmp_path, env=jf.child_env(settings),
-                           capture_output=True, text=True, timeout=120)
+    shown = subprocess.run(
+        [jf.REWIND_BIN, "plan", str(spec_path)],
+        cwd=tmp_path,
+        env=jf.child_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 1, shown.stderr
     assert "Traceback" not in shown.stderr, shown.stderr
     refusal = [line for line in shown.stderr.splitlines() if "refused by gate coverage" in line]
@@ -141,3 +147,53 @@ def test_offsets_never_archived_and_gone_from_kafka_refuse_the_plan(
     assert allowed.ok
     lost = [g for g in allowed.read_plan["gaps"] if g["kind"] == "lost"]
     assert sorted((g["partition"], g["start"], g["end"]) for g in lost) == [(0, 50, 80), (1, 50, 80)]
+
+
+def test_a_sql_translate_across_the_seam_equals_the_python_translate(
+    spark: Any, bootstrap: str, kafka_conf: dict[str, Any], topic_name: str, tmp_path: Path
+) -> None:
+    """A wave holding archive units runs the query over records Spark read from the lake (the
+    persisted path of :mod:`rewind.spark.sql_wave`), with the view typed from the wave's first
+    records (schemaless JSON): the same rows as a Python translate doing the same."""
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": bootstrap, "REWIND_STATE_DIR": str(tmp_path)}, cwd=tmp_path
+    )
+    create_topic(kafka_conf, topic_name, 2)
+    n = 600
+    records = [
+        (i % 2, str(i).encode(), json.dumps({"order_id": i, "amount": i / 4}).encode(), 1_760_000_000_000 + i)
+        for i in range(n)
+    ]
+    produce(kafka_conf, topic_name, records)
+    archive = "lake.orders_sql_archive"
+    archive_once(settings, [topic_name], archive, spark=spark)
+
+    def run(table: str, translate: dict[str, Any]) -> list[tuple[Any, ...]]:
+        data = _spec_data(topic_name, table, archive, declared=150)
+        data["translate"] = {**translate, "version": "1", "name": "orders"}
+        outcome = run_job(settings, parse_spec(data), units_per_wave=4)
+        assert outcome.counts.records_read == n and outcome.counts.balanced
+        from rewind.catalog import load_catalog
+
+        staging = IcebergStaging.from_dict(outcome.staging)
+        rows = load_catalog(settings).load_table(staging.table).scan().to_arrow().to_pylist()
+        return sorted(
+            (
+                r["_rewind_event_id"],
+                r["_rewind_source_partition"],
+                r["_rewind_source_offset"],
+                r["order_id"],
+                r["amount"],
+            )
+            for r in rows
+        )
+
+    sql = run(
+        "an.history_sql", {"sql": "SELECT _rewind_row, order_id, amount FROM events WHERE amount >= 10"}
+    )
+    python = run("an.history_py", {"function": "tests.test_job_history:ten_or_more"})
+    assert sql == python and len(sql) == n - 40
+
+
+def ten_or_more(events: Any) -> Any:
+    return events[events["amount"] >= 10][["_rewind_row", "order_id", "amount"]]
