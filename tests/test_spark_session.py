@@ -109,6 +109,10 @@ conf = {k: spark.conf.get(k) for k in (
     "spark.sql.shuffle.partitions", "spark.sql.session.timeZone", "spark.sql.ansi.enabled",
     "spark.sql.execution.arrow.pyspark.enabled")}
 shown = spark.sql("SELECT CAST(from_unixtime(0) AS STRING) AS t").first().t
+assert session(load_settings(), app_name="another") is spark  # Spark: "Using an existing..."
+import pandas as pd  # a task carrying ~7 MB of driver data: Spark's "task of very large size"
+big = spark.createDataFrame(pd.DataFrame({"a": range(60000), "b": ["x" * 200] * 60000}))
+assert big.mapInPandas(lambda it: (p[["a"]].head(1) for p in it), "a long").count() >= 1
 print(json.dumps({"conf": conf, "master": spark.sparkContext.master, "app": spark.sparkContext.appName,
                   "epoch_shown": shown, "seconds": up}))
 spark.stop()
@@ -166,3 +170,7 @@ def test_spark_conf_from_settings_reaches_the_session(
     assert got["master"] == "local[1]"
     assert got["app"] == "from-file"
     assert got["epoch_shown"] == "1970-01-01 09:00:00"
+    # Spark's warnings about Rewind's expected use of it are dropped (log4j2.properties); others stay
+    err = custom_conf_child["stderr"].read_text()
+    assert "Using an existing Spark session" not in err
+    assert "task of very large size" not in err, err
