@@ -30,12 +30,12 @@ File shape (every key optional)::
       spark_rows: null                 # contested rows above which Spark decides (null: the default)
     redrive:                           # rewind quarantine redrive
       spark_records: null              # records above which Spark tasks process them (null: the default)
-    cost:                              # prices of the plan's cost model, each with its currency
     streams:                           # a failed continuous archive or shadow tail restarts itself
       restart_backoff_s: 1             # first wait, doubled per restart up to restart_max_backoff_s
       restart_max_backoff_s: 30
       max_restarts: 5                  # within restart_window_s; one more failure gives up
       restart_window_s: 600
+    cost:                              # prices of the plan's cost model, each with its currency
       core_hour: 0.048 USD             # per core-hour (`0.048 USD/core-hour` also reads)
       gb_egress: 0.09 USD              # per GB (10^9 bytes) read from a remote broker
       gb_object_read: 0.0004 USD       # per GB read from the archive's object store
@@ -149,8 +149,6 @@ class RedriveSettings(_Model):
     None: the measured default (``rewind.job.redrive.SPARK_RECORDS``)."""
 
 
-class CostSettings(_Model):
-    """Prices of the cost model (:mod:`rewind.core.cost`); unset prices are left out of the total."""
 class StreamSettings(_Model):
     """How Rewind's streaming queries (the continuous archive, a shadow's tail) restart after a
     failure (:mod:`rewind.spark.stream_restarts`)."""
@@ -161,6 +159,8 @@ class StreamSettings(_Model):
     restart_window_s: Annotated[float, Field(gt=0)] = 600.0
 
 
+class CostSettings(_Model):
+    """Prices of the cost model (:mod:`rewind.core.cost`); unset prices are left out of the total."""
 
     core_hour: str | None = None
     gb_egress: str | None = None
@@ -208,11 +208,11 @@ class Settings(_Model):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     merge: MergeSettings = Field(default_factory=MergeSettings)
     redrive: RedriveSettings = Field(default_factory=RedriveSettings)
+    streams: StreamSettings = Field(default_factory=StreamSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
     spec_secrets: dict[str, str] = Field(default_factory=dict)
     """Values of masked spec fields by dotted field name (``sink.postgres.url``): see above."""
 
-    streams: StreamSettings = Field(default_factory=StreamSettings)
     # -- derived values: defaults point at the embedded stack under state_dir --------------
 
     @property
