@@ -58,7 +58,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.ranges import OffsetRange
@@ -292,14 +292,16 @@ class ContinuousArchive:
         return self.results
 
     def _committed(self, snapshot_id: int, pass_id: str, props: dict[str, str]) -> PassResult:
-        from pyiceberg.expressions import EqualTo
+        import pyiceberg.expressions as ex
+
+        e: Any = ex  # pyiceberg's predicates are pydantic models that mypy cannot call positionally
 
         from rewind.history.schema import GAPS_SUFFIX
 
         gaps: list[dict[str, object]] = []
         if self.catalog.table_exists(self.table + GAPS_SUFFIX):
             recorded = self.catalog.load_table(self.table + GAPS_SUFFIX)
-            gaps = recorded.scan(row_filter=EqualTo("pass_id", pass_id)).to_arrow().to_pylist()
+            gaps = recorded.scan(row_filter=e.EqualTo("pass_id", pass_id)).to_arrow().to_pylist()
         ranges = json.loads(props.get(RANGES_PROPERTY) or "{}")
         partitions = {}
         for key, (start, end) in ranges.items():

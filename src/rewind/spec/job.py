@@ -393,7 +393,7 @@ class JobSpec(_Model):
             raise _Bad(
                 "must be 0 with translate.fold",
                 "a fold counts an event applied twice twice: a folded v2's cut line is where it ends",
-                got=self.shadow.rewind_by,
+                got=overlap,
                 at=("shadow", "rewind_by"),
             )
         if self.source.window.to != "latest":

@@ -79,6 +79,7 @@ class KeyedFiles:
     def read(cls, table: Table, key: Sequence[str]) -> KeyedFiles:
         """Step 1: plan the files of ``main`` and decode their bounds (None: unbounded)."""
         from pyiceberg.conversions import from_bytes
+        from pyiceberg.types import PrimitiveType
 
         head = table.current_snapshot()
         tasks = list(table.scan(snapshot_id=head.snapshot_id).plan_files()) if head is not None else []
@@ -92,8 +93,10 @@ class KeyedFiles:
         for task in tasks:
             low = (task.file.lower_bounds or {}).get(field.field_id)
             high = (task.file.upper_bounds or {}).get(field.field_id)
-            lows.append(None if low is None else from_bytes(field.field_type, low))
-            highs.append(None if high is None else from_bytes(field.field_type, high))
+            kind = field.field_type
+            assert isinstance(kind, PrimitiveType), "a key column is a primitive type (the spec checks)"
+            lows.append(None if low is None else from_bytes(kind, low))
+            highs.append(None if high is None else from_bytes(kind, high))
         return cls(table, list(key), tasks, lows, highs)
 
     def homes(self, values: Sequence[Any]) -> dict[Any, set[int]]:
