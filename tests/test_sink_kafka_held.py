@@ -9,6 +9,7 @@ bookkeeping the same way (:func:`rewind.sinks.kafka.held._problem`).
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from rewind.config import Settings
 from rewind.job.publish import promote_run
 from rewind.job.service import open_ledger, run_job
 from rewind.sinks.kafka.bookkeeping import KafkaStaging, RunLog
-from rewind.sinks.kafka.held import StagingLost, _problem
+from rewind.sinks.kafka.held import StagingLost, _problem, check_held
 from rewind.sinks.kafka.sink import KafkaTopicSink
 from rewind.spec import parse_spec
 from tests import job_fixtures as jf
@@ -27,13 +28,13 @@ from tests.kafka_util import create_topic
 RECORDS = 600
 
 
-def _delete_front(conf: dict[str, Any], topic: str, upto: int) -> None:
-    """DeleteRecords: partition 0 of ``topic`` starts at ``upto`` from now on."""
+def _delete_front(conf: dict[str, Any], topic: str, upto: int, partition: int = 0) -> None:
+    """DeleteRecords: ``partition`` of ``topic`` starts at ``upto`` from now on (-1: its end)."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(dict(conf))
-    for fut in admin.delete_records([TopicPartition(topic, 0, upto)]).values():
+    for fut in admin.delete_records([TopicPartition(topic, partition, upto)]).values():
         fut.result(timeout=15)
 
 
@@ -61,9 +62,9 @@ def test_a_run_whose_topic_lost_records_before_conclude_fails_in_one_line(
     spec, target = _job(broker_settings, f"held-{uuid.uuid4().hex[:6]}", transactional=False)
     check = KafkaTopicSink.check_held
 
-    def lose_then_check(sink: KafkaTopicSink, staging: KafkaStaging, run_id: str) -> None:
+    def lose_then_check(sink: KafkaTopicSink, staging: KafkaStaging, run_id: str, done: Any) -> None:
         _delete_front(broker_settings.kafka_config(), target, 5)  # between the last commit and conclude
-        check(sink, staging, run_id)
+        check(sink, staging, run_id, done)
 
     monkeypatch.setattr(KafkaTopicSink, "check_held", lose_then_check)
     with pytest.raises(StagingLost) as raised:
@@ -73,6 +74,46 @@ def test_a_run_whose_topic_lost_records_before_conclude_fails_in_one_line(
     with open_ledger(broker_settings) as ledger:
         [run] = [r for r in ledger.list_runs() if r.name == spec.name]
     assert (run.state, run.error) == ("failed", f"StagingLost: {text}")
+
+
+def test_units_whose_commit_markers_are_gone_fail_the_run_and_are_reopened(tmp_path: Path) -> None:
+    """A broker that came back without a unit's transaction lost its marker with it: the check
+    names the units in one line, and the job reopens them in the ledger for `rewind resume`
+    (counts cleared, audited). DeleteRecords cannot empty the compacted bookkeeping topic (a
+    policy violation), so the check is given the run log it would read after such a loss."""
+    from rewind.core.counts import RecordCounts
+    from rewind.core.ranges import OffsetRange
+    from rewind.job.held import check_staging_held
+    from rewind.ledger import Ledger
+    from rewind.ledger.models import UnitResult
+
+    ids = ["t/0/0-100", "t/0/100-200"]
+    kept = {"kind": "commit", "units": [ids[0]], "rows": 90, "partitions": {"0": 90}}
+    staging = _staging({0: 0})
+
+    class LosingSink:
+        def check_held(self, staging: KafkaStaging, run_id: str, done: set[str]) -> None:
+            check_held({}, staging, RunLog(commits=[kept]), done)  # raises before any I/O
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    jf.record_finished_run(type("S", (), {"ledger": url})(), {"name": "held-units"}, "t", "r-1", staging)
+    counts = RecordCounts(records_read=100, emitted=90, rows_out=90, filtered=10)
+    with Ledger.open(url) as ledger:
+        ledger.add_units("r-1", [OffsetRange("t", 0, 0, 100), OffsetRange("t", 0, 100, 200)])
+        ledger.complete_units("r-1", [UnitResult.of(u, counts) for u in ids])
+        with pytest.raises(StagingLost) as raised:
+            check_staging_held(ledger, LosingSink(), staging, "r-1")  # type: ignore[arg-type]
+        text = str(raised.value)
+        assert "\n" not in text and raised.value.units == [ids[1]]
+        assert text.startswith(
+            "run r-1: the commits of 1 finished unit(s) are gone from rewind.commits (first: t/0/100-200)"
+        )
+        assert text.endswith("`rewind resume r-1` writes them again")
+        states = {u.unit_id: (u.state, u.records_read) for u in ledger.units("r-1")}
+        assert states == {ids[0]: ("done", 100), ids[1]: ("failed", 0)}
+        assert ledger.unit_counts("r-1").counts.records_read == 100
+        assert [a.action for a in ledger.audit_log("r-1")].count("units-lost") == 1
+        assert [u.unit_id for u in ledger.pending_units("r-1")] == [ids[1]]  # what a resume does again
 
 
 def test_promote_refuses_a_topic_that_lost_committed_records(

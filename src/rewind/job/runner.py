@@ -257,7 +257,9 @@ def execute(
                         run.parts[0].cleanup(run.parts[1])
                 elif isinstance(stage, Conclude):
                     assert run.staging is not None
-                    sink.check_held(run.staging, run_id)  # a broker may lose what it acknowledged
+                    from rewind.job.held import check_staging_held  # a broker may lose what it acknowledged
+
+                    check_staging_held(ledger, sink, run.staging, run_id)
                     outcome = _conclude(ledger, plan, run_id, run, started)
                     lineage.complete(outcome.counts.to_dict(), run.bytes_read, outcome.staging)
                     return outcome

@@ -104,14 +104,16 @@ def _outage_log() -> logging.Logger:
     would, were it not for the library's ``NullHandler``.
     """
     configured = any(getattr(h, "_rewind", False) for h in logging.getLogger("rewind").handlers)
-    if not configured and not OUTAGE_LOG.handlers:
+    own = [h for h in OUTAGE_LOG.handlers if getattr(h, "_rewind_outage", False)]
+    if not configured and not own:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("rewind: %(message)s"))
+        handler._rewind_outage = True  # type: ignore[attr-defined]
         OUTAGE_LOG.addHandler(handler)
         OUTAGE_LOG.propagate = False
-    elif configured and OUTAGE_LOG.handlers:
-        for handler in list(OUTAGE_LOG.handlers):
-            OUTAGE_LOG.removeHandler(handler)
+    elif configured and own:
+        for old in own:
+            OUTAGE_LOG.removeHandler(old)
         OUTAGE_LOG.propagate = True
     return OUTAGE_LOG
 

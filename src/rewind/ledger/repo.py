@@ -397,24 +397,6 @@ class Ledger:
                 if changed != len(part):
                     self._refuse(conn, run_id, part, "cannot fail")
 
-    def reopen_units(self, run_id: str, unit_ids: Sequence[str], error: str) -> None:
-        """Units whose committed output the sink no longer holds (a broker that lost what it
-        acknowledged): state ``failed`` with ``error``, counts cleared, so a resume does them
-        again. All or nothing; an unknown unit raises :class:`UnitStateError`."""
-        ids = _unique(unit_ids)
-        now = utcnow()
-        text = clean_text(error)
-        cleared = dict.fromkeys(_COUNTS, 0)
-        with self._tx() as conn:
-            for part in chunks(ids):
-                changed = conn.execute(
-                    update(units)
-                    .where(units.c.run_id == run_id, units.c.unit_id.in_(part))
-                    .values(state="failed", finished_at=now, error=text, reasons={}, **cleared)
-                ).rowcount
-                if changed != len(part):
-                    self._refuse(conn, run_id, part, "cannot reopen")
-
     @_retried
     def complete_units(self, run_id: str, results: Iterable[UnitResult]) -> None:
         """Mark units ``done`` with their counts, all in ONE transaction: all or nothing.

@@ -135,10 +135,11 @@ class StagingSink(ABC, Generic[S]):
         :meth:`RecordCounts.to_dict <rewind.core.counts.RecordCounts.to_dict>` of each unit,
         and a fold's counts under its own unit id."""
 
-    def check_held(self, staging: S, run_id: str) -> None:
-        """Raise in one line when staging no longer holds output the run committed: the runner
-        asks before a run concludes. A sink whose storage can lose acknowledged writes (a Kafka
-        broker) checks; the default trusts its storage's commits."""
+    def check_held(self, staging: S, run_id: str, done: set[str] | None = None) -> None:
+        """Raise in one line when staging no longer holds output the run committed (``done``:
+        the units the ledger says are done): the runner asks before a run concludes. A sink
+        whose storage can lose acknowledged writes (a Kafka broker) checks; the default trusts
+        its storage's commits."""
 
     @abstractmethod
     def read(self, spark: SparkSession, staging: S) -> DataFrame: ...

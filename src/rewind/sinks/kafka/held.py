@@ -6,19 +6,22 @@ was behind with ``acks=1``) and records can be removed (retention, DeleteRecords
 bookkeeping knows what its commits wrote, so the run's conclusion and its promotion compare
 it with the topic's watermarks (a fetch's true high watermark, not ListOffsets ``latest``):
 
-1. the topic is there;
-2. nothing was removed from its front: where a commit wrote records, the log start has not
+1. every unit the run's ledger says is done still has its commit marker in the bookkeeping
+   (a broker that lost a unit's transaction lost its marker with it): the units are named,
+   and the runner reopens them for ``rewind resume``;
+2. the topic is there;
+3. nothing was removed from its front: where a commit wrote records, the log start has not
    moved past the offset the run's records begin at (:attr:`KafkaStaging.start_offsets`);
-3. nothing was lost from its tail: every commit made by the driver recorded the high
+4. nothing was lost from its tail: every commit made by the driver recorded the high
    watermarks before (``from_offsets``) and after (``to_offsets``) its records; the topic
    still reaches the last commit's end, and no commit started below the end of the one
    before it (a broker that came back without acknowledged records hands their offsets out
    again);
-4. the offsets can hold the rows: per partition, those units committed from tasks recorded
+5. the offsets can hold the rows: per partition, those units committed from tasks recorded
    (``partitions``), and in all the run's rows.
 
 Offsets are not records: transaction markers and the records of aborted attempts take
-offsets too, so (4) can miss a loss smaller than them; ``rewind verify`` reads the records.
+offsets too, so (5) can miss a loss smaller than them; ``rewind verify`` reads the records.
 """
 
 from __future__ import annotations
@@ -34,11 +37,27 @@ if TYPE_CHECKING:
 
 
 class StagingLost(KafkaSinkError):
-    """The backfill topic no longer holds records a commit of the run wrote."""
+    """The backfill topic no longer holds records a commit of the run wrote; ``units``: those
+    done units whose commit marker is gone (empty when the loss is of records only)."""
+
+    def __init__(self, message: str, units: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.units = list(units or [])
 
 
-def check_held(conf: dict[str, Any], staging: KafkaStaging, runlog: RunLog) -> None:
-    """Raise :class:`StagingLost` in one line when the topic lacks committed records."""
+def check_held(
+    conf: dict[str, Any], staging: KafkaStaging, runlog: RunLog, done: set[str] | None = None
+) -> None:
+    """Raise :class:`StagingLost` in one line when the topic lacks committed records, or the
+    bookkeeping lacks the marker of a unit in ``done`` (the units the ledger says are done)."""
+    gone = sorted((done or set()) - runlog.units())
+    if gone:
+        raise StagingLost(
+            f"run {staging.run_id}: the commits of {len(gone)} finished unit(s) are gone from "
+            f"{staging.bookkeeping} (first: {gone[0]}): the broker lost records it had acknowledged "
+            f"(a restart without its data); `rewind resume {staging.run_id}` writes them again",
+            gone,
+        )
     if not runlog.commits:
         return
     if not topic_is_there(conf, staging.topic):

@@ -499,10 +499,11 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
             "seconds": round(seconds, 3),
         }
 
-    def check_held(self, staging: KafkaStaging, run_id: str) -> None:
-        """The topic still holds every record the run's commits wrote (:mod:`.held`), or
+    def check_held(self, staging: KafkaStaging, run_id: str, done: set[str] | None = None) -> None:
+        """The bookkeeping still has the marker of every unit in ``done`` and the topic every
+        record the run's commits wrote (:mod:`.held`), or
         :class:`~rewind.sinks.kafka.held.StagingLost` in one line."""
-        check_held(self.conf, staging, staged_run_log(self.conf, staging, run_id))
+        check_held(self.conf, staging, staged_run_log(self.conf, staging, run_id), done)
 
     # -- reading ------------------------------------------------------------------------------
 
