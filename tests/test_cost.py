@@ -81,8 +81,9 @@ def test_a_local_broker_costs_no_egress_and_no_prices_no_money() -> None:
     assert est["egress_bytes"] == 0 and "money" not in est
     assert est["rate_source"] == "default"
     assert est["core_seconds"] == round(94_220 / DEFAULT_RECORDS_PER_CORE_SECOND, 3)
+    # one unit is one task: it keeps one of the two cores busy
     assert est["eta_seconds"] == round(
-        DEFAULT_SPARK_STARTUP_S + 94_220 / DEFAULT_RECORDS_PER_CORE_SECOND / 2 + DEFAULT_COMMIT_S_PER_UNIT, 3
+        DEFAULT_SPARK_STARTUP_S + 94_220 / DEFAULT_RECORDS_PER_CORE_SECOND / 1 + DEFAULT_COMMIT_S_PER_UNIT, 3
     )
 
 

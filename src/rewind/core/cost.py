@@ -107,6 +107,10 @@ class CostInputs:
     """Bytes per archived record when measured apart from the broker's (else ``avg_record_bytes``)."""
     bytes_source: str = "sample"
     """Where the bytes per record come from: ``sample`` (the plan's) or ``rehearsal <id>``."""
+    waves: int = 0
+    wave_fixed_s: float = 0.0
+    """A wave's fixed seconds beyond its records' work (a rehearsal measures it:
+    :func:`rewind.ops.stage_rates.wave_costs`)."""
 
 
 def estimate(inputs: CostInputs) -> dict[str, Any]:
@@ -118,8 +122,10 @@ def estimate(inputs: CostInputs) -> dict[str, Any]:
     records = inputs.kafka_records + inputs.archive_records + inputs.other_records
     core_seconds = records / inputs.records_per_core_second
     cores = max(1, inputs.cores)
-    compute_s = core_seconds / cores
+    # a unit is never split across tasks: fewer units than cores leave cores idle
+    compute_s = core_seconds / (min(cores, inputs.units) if inputs.units > 0 else cores)
     commit_s = inputs.units * inputs.commit_s_per_unit
+    waves_s = inputs.waves * inputs.wave_fixed_s
     out: dict[str, Any] = {
         "records": records,
         "bytes_from_broker": broker_bytes,
@@ -132,7 +138,8 @@ def estimate(inputs: CostInputs) -> dict[str, Any]:
         "compute_seconds": round(compute_s, 3),
         "commit_seconds": round(commit_s, 3),
         "spark_startup_seconds": inputs.spark_startup_s,
-        "eta_seconds": round(inputs.spark_startup_s + compute_s + commit_s, 3),
+        "wave_overhead_seconds": round(waves_s, 3),
+        "eta_seconds": round(inputs.spark_startup_s + waves_s + compute_s + commit_s, 3),
         "broker_remote": inputs.broker_remote,
         "egress_bytes": (broker_bytes or 0) if inputs.broker_remote else 0,
     }
@@ -192,7 +199,9 @@ def describe(est: dict[str, Any]) -> list[str]:
         f"compute: {est['core_seconds'] / 3600:.3f} core-hours at {est['records_per_core_second']:,.0f} "
         f"records/core-s ({est['rate_source']}) on {est['cores']} core(s)",
         f"ETA: {human_seconds(est['eta_seconds'])} = Spark start-up "
-        f"{human_seconds(est['spark_startup_seconds'])} + processing {human_seconds(est['compute_seconds'])}"
+        f"{human_seconds(est['spark_startup_seconds'])}"
+        + (f" + waves {human_seconds(waves)}" if (waves := est.get("wave_overhead_seconds")) else "")
+        + f" + processing {human_seconds(est['compute_seconds'])}"
         f" + commits {human_seconds(est['commit_seconds'])}",
     ]
     money = est.get("money")

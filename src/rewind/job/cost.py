@@ -49,6 +49,11 @@ def cost_estimate(
         extra["rate_source"] = f"rehearsal {rates.get('rehearsal_id', '?')}"
         if rates.get("commit_s_per_unit") is not None:
             extra["commit_s_per_unit"] = float(rates["commit_s_per_unit"])
+        if rates.get("wave_fixed_s"):
+            from rewind.job.stages import default_wave_size
+
+            extra["wave_fixed_s"] = float(rates["wave_fixed_s"])
+            extra["waves"] = -(-len(units) // default_wave_size())
     avg = facts.get("avg_record_bytes")
     measured = (rates or {}).get("bytes_per_record") or {}
     if measured.get("kafka") or measured.get("archive"):  # what the rehearsal's tasks really read

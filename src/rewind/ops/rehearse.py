@@ -254,15 +254,15 @@ def _measure(
 ) -> dict[str, Any]:
     """Stage rates, the bottleneck, quarantine rates and the rates the cost model uses, with
     the record bytes the run's tasks read per source and per record (``bytes_per_record``)."""
-    from rewind.ops.stage_rates import measure_stages, read_table_sample
+    from rewind.ops.stage_rates import measure_stages, read_table_sample, wave_costs
 
     sample = read_table_sample(settings, spec, plan.read_plan) if spec.source.table is not None else None
     measured = measure_stages(settings.kafka_config(), spec, plan.units, timings, sample)
-    records = sum(t["records"] for t in timings)
-    spark_s = sum(t["spark_s"] for t in timings)
     units = sum(t["units"] for t in timings)
+    per_core, wave_fixed = wave_costs(timings, cores)
     rates = {
-        "records_per_core_second": round(records / (spark_s * cores), 1) if spark_s > 0 else None,
+        "records_per_core_second": per_core,
+        "wave_fixed_s": wave_fixed,
         "commit_s_per_unit": round(sum(t["commit_s"] for t in timings) / units, 4) if units else None,
         "cores": cores,
     }

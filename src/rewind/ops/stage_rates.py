@@ -178,3 +178,32 @@ def _downstream(spec: JobSpec, table: pa.Table) -> dict[str, dict[str, Any]]:
             "rate": _rate(n, write_s),
         },
     }
+
+
+def wave_costs(timings: list[dict[str, Any]], cores: int) -> tuple[float | None, float]:
+    """A run's waves split into a per-record cost and a fixed cost per wave:
+    ``(records per core-second, fixed seconds per wave)``.
+
+    A wave's Spark job pays a fixed cost (the job and its tasks started, Python workers, a
+    consumer's first fetch) whatever its size; on a rehearsal's slice that cost can be most of
+    the time, and dividing the records by the whole time extrapolated a 3,000-record topic's full
+    run at 3-4x its real time. The tasks time their own stages (read, decode, translate, write:
+    ``stages`` of each wave's timing, summed over tasks), which is the per-record work; what the
+    wave took beyond its tasks' work spread over the cores it could use is its fixed cost. A wave
+    whose tasks did not time their stages (nothing to split) counts whole as per-record work.
+    """
+    records = sum(int(t["records"]) for t in timings)
+    worked = sum(sum((t.get("stages") or {}).values()) for t in timings)
+    if not records:
+        return None, 0.0
+    if worked <= 0:
+        spark_s = sum(float(t["spark_s"]) for t in timings)
+        return (round(records / (spark_s * max(1, cores)), 1) if spark_s > 0 else None), 0.0
+    fixed = [
+        max(
+            0.0,
+            float(t["spark_s"]) - sum((t.get("stages") or {}).values()) / max(1, min(cores, int(t["units"]))),
+        )
+        for t in timings
+    ]
+    return round(records / worked, 1), round(sum(fixed) / len(fixed), 3)
