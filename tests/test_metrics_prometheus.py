@@ -178,7 +178,17 @@ def test_prometheus_scrapes_the_run_and_the_pushgateway_holds_it(
     _commit_group(conf, group, topic_name, {0: 250, 1: 280})  # lag 50 + 20 of 300 each
     spec = jf.write_spec(
         tmp_path / "spec.yaml",
-        jf.order_spec("metered", topic_name, "metrics.orders", unit_records=100, key=[], live_groups=[group]),
+        # paced to ~4 s of reading, so Prometheus (1 s scrapes) reaches the run's own /metrics
+        # while it runs even when a warm session would finish the job in under a second
+        jf.order_spec(
+            "metered",
+            topic_name,
+            "metrics.orders",
+            unit_records=100,
+            key=[],
+            live_groups=[group],
+            guards={"max_records_per_second": 150},
+        ),
     )
     result = CliRunner().invoke(
         app,
