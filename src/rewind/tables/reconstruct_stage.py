@@ -22,7 +22,6 @@ with another unit body. Per unit, a task:
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -30,19 +29,16 @@ from typing import TYPE_CHECKING, Any
 from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import RecordCounts
 from rewind.core.parquet import open_writer
-from rewind.errors import RewindError
 from rewind.spark.progress_channel import TaskReporter
 from rewind.tables.placement import key_bytes
 from rewind.tables.records import _column
 from rewind.tables.stage import (
-    RESULT_SCHEMA,
     TableStageContext,
-    TableStageError,
     TableUnitOutput,
     TableUnits,
     UnitWriter,
     _first_attempt,
-    _parallelism,
+    run_unit_tasks,
 )
 
 if TYPE_CHECKING:
@@ -277,28 +273,4 @@ def run_reconstruct_wave(
     spark: SparkSession, ctx: TableStageContext, writer: UnitWriter, facts: ReconstructPlanFacts
 ) -> dict[str, TableUnitOutput]:
     """Run one wave of a reconstruction: one task per core, every unit of ``ctx`` gets its output."""
-    from rewind.spark.job_stage import task_error
-
-    units = len(ctx.units)
-    if not units:
-        return {}
-    process: Any = ReconstructUnits(ctx, writer, facts)
-    tasks = min(units, _parallelism(spark))
-    try:
-        results = spark.range(0, units, 1, tasks).mapInArrow(process, RESULT_SCHEMA).collect()
-    except Exception as exc:
-        if isinstance(exc, RewindError):
-            raise
-        raise TableStageError(f"a Spark task of a wave of {units} units failed: {task_error(exc)}") from exc
-    outputs: dict[str, TableUnitOutput] = {}
-    for row in results:
-        outputs[row.unit_id] = TableUnitOutput(
-            row.unit_id,
-            json.loads(row.quarantine_files),
-            RecordCounts.from_dict(json.loads(row.counts)),
-            json.loads(row.written),
-        )
-    missing = [u.id for u in ctx.units if u.id not in outputs]
-    if missing:
-        raise TableStageError(f"units {missing[:3]} returned no result; the wave is not complete")
-    return outputs
+    return run_unit_tasks(spark, ctx, ReconstructUnits(ctx, writer, facts))

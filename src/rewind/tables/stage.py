@@ -278,12 +278,18 @@ def run_table_wave(
     spark: SparkSession, ctx: TableStageContext, writer: UnitWriter
 ) -> dict[str, TableUnitOutput]:
     """Run one wave: one task per unit; every unit of ``ctx`` gets its output."""
+    return run_unit_tasks(spark, ctx, TableUnits(ctx, writer))
+
+
+def run_unit_tasks(spark: SparkSession, ctx: TableStageContext, process: Any) -> dict[str, TableUnitOutput]:
+    """``process`` (a ``mapInArrow`` function over unit indices, returning ``RESULT_SCHEMA``
+    rows) over every unit of ``ctx``, as many tasks at once as Spark runs; every unit gets its
+    output, or the wave fails in one line."""
     from rewind.spark.job_stage import task_error
 
     units = len(ctx.units)
     if not units:
         return {}
-    process: Any = TableUnits(ctx, writer)  # a callable object; Spark's stubs want a function
     tasks = min(units, _parallelism(spark))
     try:
         results = spark.range(0, units, 1, tasks).mapInArrow(process, RESULT_SCHEMA).collect()
