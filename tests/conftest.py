@@ -21,6 +21,7 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 from rewind.config import Settings, load_settings
+from rewind.logs import remove_handlers
 from tests.brokers import (
     EXTERNAL,
     NOIDA,
@@ -186,3 +187,13 @@ def iceberg_catalog(tmp_path: Path):  # type: ignore[no-untyped-def]
     warehouse.mkdir()
     return SqlCatalog("test", uri=f"sqlite:///{tmp_path / 'catalog.db'}",
                       warehouse=warehouse.as_uri())
+
+
+@pytest.fixture(autouse=True)
+def _no_log_file_left_behind() -> Iterator[None]:
+    """A CLI command configures Rewind's logging for its process; in the suite that process
+    runs many commands, so each test starts with none of an earlier test's log file (its
+    warning count would otherwise reach this test's error lines)."""
+    remove_handlers()
+    yield
+    remove_handlers()

@@ -66,10 +66,7 @@ def configure(
     """
     root = logging.getLogger("rewind")
     root.setLevel(level)
-    for handler in list(root.handlers):
-        if getattr(handler, "_rewind", False):
-            root.removeHandler(handler)
-            handler.close()
+    remove_handlers()
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     handlers[0].setLevel(level if stderr_level is None else stderr_level)
@@ -80,6 +77,16 @@ def configure(
         handler.setFormatter(formatter)
         handler.addFilter(SecretFilter(secrets or []))
         root.addHandler(handler)
+
+
+def remove_handlers() -> None:
+    """Take away the handlers :func:`configure_logging` added (the file is closed): the next
+    command in the same process starts with no log file and no warnings counted."""
+    root = logging.getLogger("rewind")
+    for handler in list(root.handlers):
+        if getattr(handler, "_rewind", False):
+            root.removeHandler(handler)
+            handler.close()
 
 
 def warnings_in_file() -> tuple[int, Path | None]:
