@@ -30,7 +30,10 @@ committed). ``REWIND_FAULT_ONCE=<path>`` makes a point fire in one process only 
 Slow points: ``REWIND_FAULT_PAUSE=<point>:<seconds>`` (several: comma-separated) makes
 :func:`pause` sleep that long each time the run passes ``point``, for tests of what a slow step
 must not get wrong. ``shadow-verify-read`` sits between the reads of v2 and v1 in
-:mod:`rewind.shadow.verify`.
+:mod:`rewind.shadow.verify`; ``archive-task-read`` at the start of each archive task's read,
+after the pass planned its ranges (:mod:`rewind.history.archive_files`).
+``REWIND_FAULT_PAUSED=<path>`` creates ``<path>.<point>`` as a pause begins, so a test knows
+the step is held there (a Spark task's pause is in another process) and acts meanwhile.
 """
 
 from __future__ import annotations
@@ -88,6 +91,10 @@ def pause(name: str) -> None:
     for item in wanted.split(","):
         target, _, seconds = item.strip().partition(":")
         if target == name:
+            mark = os.environ.get("REWIND_FAULT_PAUSED")
+            if mark:
+                with open(f"{mark}.{name}", "a"):
+                    pass
             time.sleep(float(seconds or 0))
 
 

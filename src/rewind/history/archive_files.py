@@ -199,11 +199,13 @@ class FetchAndArchive:
         self.ctx, self.conf, self.tasks, self.poll_timeout_s = ctx, conf, tasks, poll_timeout_s
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from rewind import faults
         from rewind.core.ranges import OffsetRange
         from rewind.spark.kafka_fetch import fetch_ranges
 
         for batch in batches:
             for task_id in batch.column(0).to_pylist():
+                faults.pause("archive-task-read")  # tests: the broker goes away here
                 ranges = [OffsetRange.from_dict(d) for d in self.tasks[task_id]]
                 records = fetch_ranges(
                     self.conf, ranges, include_headers=True, poll_timeout_s=self.poll_timeout_s

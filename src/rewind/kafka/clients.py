@@ -182,6 +182,19 @@ def private_consumer(
     return _build(Consumer, _with_logger(settings) if route_logs else quiet)
 
 
+def consumer(conf: dict[str, Any]) -> Consumer:
+    """A consumer of a group the caller names (a reconsume's live and temporary sides).
+
+    As the bulk readers: librdkafka prints nothing of its own below ``LOG_CRIT`` (a restarting
+    broker made each consumer print ~10 lines a second), and a lost broker is one warning every
+    :data:`OUTAGE_REPORT_EVERY_S` through the :class:`OutageReporter`. The caller's
+    ``log_level`` and ``logger`` win, and its own ``error_cb`` still runs.
+    """
+    from confluent_kafka import Consumer
+
+    return _build(Consumer, {"log_level": QUIET_LOG_LEVEL, **conf})
+
+
 def cluster_metadata(conf: dict[str, Any], timeout_s: float = 10.0) -> ClusterMetadata:
     """Metadata of the cluster, or :class:`BrokerUnreachable` naming the address."""
     from confluent_kafka import KafkaException

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,16 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[["Message"], object]
 """Called once per message the side owns, in offset order per partition."""
+
+
+COMMIT_TIMEOUT_S = 120.0
+"""How long a side tries a commit again while the broker is away (as long as a read waits)."""
+
+_RETRIABLE_COMMIT = (
+    "_WAIT_COORD", "_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN",
+    "REQUEST_TIMED_OUT", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR",
+)
+"""Commit errors (``KafkaError`` names) of a broker that is away, tried again by :meth:`Side._commit`."""
 
 
 class Side(ABC):
@@ -52,6 +63,7 @@ class Side(ABC):
         batch_size: int = 500,
         timeout_s: float = 1.0,
         record_interval_s: float = 1.0,
+        commit_timeout_s: float = COMMIT_TIMEOUT_S,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -64,6 +76,8 @@ class Side(ABC):
         self.record_interval_s = record_interval_s
         """Progress records that only inform (never the ones ownership rests on) are written at
         most this often; 0 writes them with every batch."""
+        self.commit_timeout_s = commit_timeout_s
+        """A commit is tried again this long while the broker is away (see :meth:`_commit`)."""
         self.handled = 0
         """Messages given to the handler (counted per batch)."""
         self.skipped = 0
@@ -191,20 +205,42 @@ class Side(ABC):
         return {**conf, "group.id": group, "enable.auto.commit": False, **overrides}
 
     def _commit(self, offsets: list[Any] | None = None) -> None:
-        """A synchronous commit (of ``offsets``, or of every consumed position)."""
+        """A synchronous commit (of ``offsets``, or of every consumed position).
+
+        A broker that is away (restarting, a failover) makes librdkafka give up a commit after
+        ~45 s without a coordinator: the commit is tried again until ``commit_timeout_s`` has
+        passed, so a side rides out an outage as Rewind's reads do. Beyond it, one line; the
+        batch was handled and not committed, so this side handles it again after a restart.
+        A rebalance's errors are not retried: the partitions may be another member's now.
+        """
         from confluent_kafka import KafkaError, KafkaException
 
         assert self.consumer is not None
-        try:
-            if offsets is None:
-                self.consumer.commit(asynchronous=False)
-            elif offsets:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET:
-                return  # nothing consumed since the last commit
-            raise
+        if offsets is not None and not offsets:
+            return
+        deadline = time.monotonic() + self.commit_timeout_s
+        while True:
+            try:
+                if offsets is None:
+                    self.consumer.commit(asynchronous=False)
+                else:
+                    self.consumer.commit(offsets=offsets, asynchronous=False)
+                return
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                code = err.code() if isinstance(err, KafkaError) else None
+                if code == KafkaError._NO_OFFSET:
+                    return  # nothing consumed since the last commit
+                retriable = code in {getattr(KafkaError, n) for n in _RETRIABLE_COMMIT}
+                if not retriable or time.monotonic() >= deadline:
+                    detail = err.str() if isinstance(err, KafkaError) else str(exc)
+                    raise ReconsumeError(
+                        f"the {self.role} side of reconsume {self.reconsume_id} could not commit its "
+                        f"batch ({detail}); restart it: it handles that batch again, nothing is skipped"
+                    ) from None
+                log.info("%s side of reconsume %s: commit failed (%s), retrying",
+                         self.role, self.reconsume_id, err.str() if err else exc)
+                time.sleep(1.0)
 
 
 def message_error(message: Message) -> bool:

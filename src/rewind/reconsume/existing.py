@@ -77,10 +77,10 @@ class ExistingSide(Side):
         self._recorded_at = float("-inf")
 
     def _build_consumer(self, conf: dict[str, Any]) -> Consumer:
-        from confluent_kafka import Consumer
+        from rewind.kafka import clients
 
         assert self.record is not None
-        return Consumer(self._group_conf(conf, self.record.live_group))
+        return clients.consumer(self._group_conf(conf, self.record.live_group))
 
     def _attach(self, consumer: Consumer) -> None:
         if self._given_consumer is None:

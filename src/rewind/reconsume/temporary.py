@@ -47,7 +47,7 @@ from rewind.ledger import LeaseHeld, Ledger
 from rewind.ledger._common import current_owner
 from rewind.ledger.handover import Reason, TempStep
 from rewind.ledger.leases import LeaseKeeper
-from rewind.reconsume.base import Handler, Side, message_error
+from rewind.reconsume.base import COMMIT_TIMEOUT_S, Handler, Side, message_error
 from rewind.reconsume.exceptions import ReconsumeError, TemporarySideRunning
 
 if TYPE_CHECKING:
@@ -87,9 +87,11 @@ class TemporarySide(Side):
         idle_handover_s: float | None = None,
         lease_ttl_s: float = 30.0,
         record_interval_s: float = 1.0,
+        commit_timeout_s: float = COMMIT_TIMEOUT_S,
     ) -> None:
         super().__init__(consumer, handler, reconsume=reconsume, ledger=ledger, batch_size=batch_size,
-                         timeout_s=timeout_s, record_interval_s=record_interval_s)
+                         timeout_s=timeout_s, record_interval_s=record_interval_s,
+                         commit_timeout_s=commit_timeout_s)
         self.idle_handover_s = idle_handover_s
         self.lease_ttl_s = lease_ttl_s
         self.handed_over: dict[TP, int] = {}
@@ -120,13 +122,13 @@ class TemporarySide(Side):
         self._keeper = keeper
 
     def _build_consumer(self, conf: dict[str, Any]) -> Consumer:
-        from confluent_kafka import Consumer
+        from rewind.kafka import clients
 
         assert self.record is not None
         settings = self._group_conf(
             conf, self.record.temp_group, **{"enable.partition.eof": True, "auto.offset.reset": "error"}
         )
-        return Consumer(settings)
+        return clients.consumer(settings)
 
     def _attach(self, consumer: Consumer) -> None:
         from confluent_kafka import TopicPartition
