@@ -81,6 +81,7 @@ def _table_summary(facts: dict[str, Any]) -> dict[str, Any]:
         for p, n in (facts.get("placement") or {}).items()
     }
     keys: tuple[str, ...] = ("label", "key", "selection", "selected", "topic", "partitions", "partitioner")
+    keys += ("target",)  # a reconstruction into a table: no topic
     keys += ("states", "entities", "sample")  # a reconstruction's
     return {
         **{k: facts.get(k) for k in keys},
@@ -100,7 +101,7 @@ def _render_table_plan(console: Console, d: dict[str, Any]) -> None:
     t = d["table"]
     console.print(
         f"[bold]plan {d['plan_id']}[/] for {d['name']}: {_selected(t)} of {t['label']} "
-        f"({t['selection']}) in {t['ranges']} key ranges → {t['topic']}"
+        f"({t['selection']}) in {t['ranges']} key ranges → {t['topic'] or t['target']}"
         + (f", {t['partitions']} partitions by {t['partitioner']}" if t["partitions"] else "")
     )
     table = Table("partition", "entities", "")
@@ -114,7 +115,8 @@ def _render_table_plan(console: Console, d: dict[str, Any]) -> None:
                 f"[red]stuck[/]: {stuck['lag']:,} unconsumed, the oldest {stuck['oldest_age_s']} s old"
             )
         table.add_row(p, f"{facts['entities']:,}", "; ".join(flags))
-    console.print(table)
+    if t["placement"]:
+        console.print(table)
 
 
 def _render_plan(console: Console, d: dict[str, Any]) -> None:

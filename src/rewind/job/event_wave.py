@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
-from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.errors import error_line
 from rewind.job import kafka_loads, task_loads
+from rewind.job.wave_commit import commit_wave
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -59,7 +58,6 @@ def run_event_wave(
     ``latest`` keeps the run's ``latest_per_key`` decision between waves. Returns the record
     bytes the wave read per source."""
     from rewind.history.read import read_ranges_from_archive
-    from rewind.ledger.models import UnitResult
     from rewind.spark import session
     from rewind.spark.job_stage import StageContext
     from rewind.spark.pace_server import pace_server_for
@@ -108,23 +106,7 @@ def run_event_wave(
         except Exception:  # best effort: the wave's own error is the one to raise
             log.warning("could not record the failed units of run %s", run_id, exc_info=True)
         raise
-    ids = sorted(outputs)
-    for uid in ids:  # before anything of the wave is committed
-        outputs[uid].counts.check(uid)
-    q_files = [f for uid in ids if uid not in done_q for f in outputs[uid].quarantine_files]
-    q_units = [uid for uid in ids if uid not in done_q and outputs[uid].quarantine_files]
-    if q_files:
-        qsink.commit(qstaging, run_id, q_units, q_files)
-        done_q.update(q_units)
-        faults.point("after-quarantine-commit")
-    files = [f for uid in ids for f in outputs[uid].data_files]
-    counts = {uid: outputs[uid].counts.to_dict() for uid in ids}
-    rest = [uid for uid in ids if not outputs[uid].loaded]  # the tasks loaded the others
-    if rest:
-        sink.commit(staging, run_id, rest, files, extra={UNIT_COUNTS_KEY: json.dumps(counts, sort_keys=True)})
-    faults.point("after-sink-commit")
-    ledger.complete_units(run_id, [UnitResult.of(uid, outputs[uid].counts) for uid in ids])
-    faults.point("after-ledger-update")
+    ids = commit_wave(ledger, run_id, outputs, sink, staging, qsink, qstaging, done_q)
     wave_bytes: dict[str, int] = {}
     for out in outputs.values():
         for source, n in out.bytes_read.items():

@@ -43,7 +43,7 @@ def may_load(spec: JobSpec) -> bool:
 
 def fence(settings: Settings, ledger: Ledger, run_id: str, spec: JobSpec) -> None:
     """Step 1 (cheap when nothing was attempted: one ledger query)."""
-    if spec.source.table is not None or may_load(spec):
+    if (spec.source.table is not None and spec.sink.kafka is not None) or may_load(spec):
         reproduce.fence_attempted(settings, ledger, run_id)
 
 

@@ -18,6 +18,12 @@ file, so the order becomes, per wave:
 
 A kill between 3 and 4 loses nothing: on resume, step 1 finds the units committed, and
 :func:`reconcile_quarantine` commits the quarantine files their markers name.
+
+A reconstruction into an Iceberg or SQL table has no transaction to fence (step 1 is the
+reconcile alone, from the sink's own record of its units) nor topic (no step 2); its tasks
+write each unit's events to a file that a PostgreSQL unit loads in its task and the driver
+commits otherwise, after the quarantine files and before the ledger, as for a Kafka-source wave
+(:mod:`rewind.job.event_wave`, :mod:`rewind.job.task_loads`).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ if TYPE_CHECKING:
     from rewind.job.live import LiveProgress
     from rewind.job.plan import JobPlan
     from rewind.ledger import Ledger
-    from rewind.sinks.base import Staging
+    from rewind.sinks.base import Staging, StagingSink
     from rewind.sinks.iceberg import IcebergSink, IcebergStaging
     from rewind.sinks.kafka.bookkeeping import KafkaStaging
 
@@ -108,6 +114,7 @@ def run_table_wave(
     plan: JobPlan,
     run_id: str,
     wave: list[WorkUnit],
+    sink: StagingSink[Any],
     staging: Staging,
     qsink: IcebergSink,
     qstaging: IcebergStaging,
@@ -119,13 +126,17 @@ def run_table_wave(
     """Steps 2-4 for one wave (``base``: the run's committed progress before it); returns the
     per-unit counts as committed. ``timings`` (``rewind rehearse``) hears the wave's seconds in
     Spark (read, translate and each unit's produce and commit, in the tasks) and of the
-    driver's commits (quarantine, ledger)."""
+    driver's commits (quarantine, ledger).
+
+    A reconstruction into a table sink (Iceberg, SQL) runs the same wave with the table's unit
+    writer (:mod:`rewind.tables.unit_files`); step 4 then also commits the files of the units
+    no task loaded, with their ids and counts, before the ledger (as a Kafka-source wave does)."""
     import time
 
-    from rewind.ledger.models import UnitResult
+    from rewind.job.wave_commit import commit_wave
     from rewind.sinks.kafka.bookkeeping import KafkaStaging
-    from rewind.sinks.kafka.unit_writer import UnitWriter
     from rewind.spark import session
+    from rewind.spark.job_stage import UnitOutput
     from rewind.spark.pace_server import pace_server_for
     from rewind.spark.ratelimit import RateLimit
     from rewind.tables.placement import KeyRange
@@ -135,10 +146,11 @@ def run_table_wave(
     from rewind.tables.stage import run_table_wave as run_stage
 
     spec = plan.job_spec()
-    table, kafka = spec.source.table, spec.sink.kafka
-    assert table is not None and kafka is not None and isinstance(staging, KafkaStaging)
+    table = spec.source.table
+    assert table is not None
     facts = plan.read_plan["table"]
-    if staging.partitions != facts["partitions"]:  # 2.
+    into_kafka = isinstance(staging, KafkaStaging)
+    if isinstance(staging, KafkaStaging) and staging.partitions != facts["partitions"]:  # 2.
         raise ReproduceError(
             f"topic {staging.topic} has {staging.partitions} partitions, the plan placed the entities on "
             f"{facts['partitions']}; plan again"
@@ -158,21 +170,15 @@ def run_table_wave(
         selection=chosen.selection,
         units=tuple(wave),
         ranges=tuple((ranges[u.partition].lo, ranges[u.partition].hi) for u in wave),
-        partitions=staging.partitions,
-        partitioner=kafka.partitioner,
+        partitions=int(facts["partitions"]),
+        partitioner=facts.get("partitioner") or "murmur2",
         skip_partitions=tuple(table.skip_partitions),
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
         progress=live.channel(spark),
         attempted=attempted,
     )
-    writer = UnitWriter(
-        conf=settings.kafka_config(),
-        staging=staging.to_dict(),
-        key=tuple(spec.key),
-        partitioner=kafka.partitioner,
-        skip_partitions=tuple(table.skip_partitions),
-    )
+    writer = _unit_writer(settings, plan, run_id, sink, staging)
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:  # 3.
         t_spark = time.monotonic()
@@ -193,17 +199,17 @@ def run_table_wave(
         except Exception:
             log.warning("could not record the failed units of run %s", run_id, exc_info=True)
         raise
-    ids = sorted(outputs)
-    for uid in ids:  # 4. (the tasks checked it before committing; a result is checked again)
-        outputs[uid].counts.check(uid)
-    q_units = [u for u in ids if u not in done_q and outputs[u].quarantine_files]
-    if q_units:
-        qsink.commit(qstaging, run_id, q_units, [f for u in q_units for f in outputs[u].quarantine_files])
-        done_q.update(q_units)
-        faults.point("after-quarantine-commit")
-    counts = {u: outputs[u].counts.to_dict() for u in ids}
-    ledger.complete_units(run_id, [UnitResult.of(u, outputs[u].counts) for u in ids])
-    faults.point("after-ledger-update")
+    units = {  # a Kafka unit was committed by its task; a table's unit, when its task loaded it
+        u: UnitOutput(
+            u,
+            list(out.written.get("data_files") or []),
+            out.quarantine_files,
+            out.counts,
+            loaded=into_kafka or bool(out.written.get("loaded")),
+        )
+        for u, out in outputs.items()
+    }
+    ids = commit_wave(ledger, run_id, units, sink, staging, qsink, qstaging, done_q)  # 4.
     if timings is not None:
         timings.append(
             {
@@ -213,4 +219,38 @@ def run_table_wave(
                 "commit_s": time.monotonic() - t_commit,
             }
         )
-    return counts
+    return {u: outputs[u].counts.to_dict() for u in ids}
+
+
+def _unit_writer(
+    settings: Settings, plan: JobPlan, run_id: str, sink: StagingSink[Any], staging: Staging
+) -> Any:
+    """The tasks' unit writer: a Kafka transaction per unit, or a table sink's file per unit
+    (loaded by its task into PostgreSQL, committed by the driver into Iceberg or SQLite)."""
+    from rewind.sinks.kafka.bookkeeping import KafkaStaging
+
+    spec = plan.job_spec()
+    table, kafka = spec.source.table, spec.sink.kafka
+    assert table is not None
+    if isinstance(staging, KafkaStaging):
+        from rewind.sinks.kafka.unit_writer import UnitWriter
+
+        assert kafka is not None
+        return UnitWriter(
+            conf=settings.kafka_config(),
+            staging=staging.to_dict(),
+            key=tuple(spec.key),
+            partitioner=kafka.partitioner,
+            skip_partitions=tuple(table.skip_partitions),
+        )
+    from rewind.core.store import active_store
+    from rewind.job import task_loads
+    from rewind.tables.unit_files import FileUnitWriter
+
+    return FileUnitWriter(
+        run_id=run_id,
+        data_folder=sink.data_folder(staging),
+        schema_b64=plan.output_schema_b64,
+        store=active_store(),
+        loader=task_loads.loader_for(sink, staging, plan),
+    )

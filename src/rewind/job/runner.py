@@ -200,9 +200,10 @@ def execute(
                     kafka_loads.reconcile_quarantine(
                         settings, ledger, run_id, spec, unit_staging, run.quarantine(), run.done_q
                     )
-                    if spec.source.table is None:  # units tasks loaded, their quarantine not committed
+                    if spec.source.table is None or spec.sink.kafka is None:  # units tasks loaded,
+                        # their quarantine not committed (a PostgreSQL sink's)
                         task_loads.reconcile_quarantine(ledger, run_id, unit_sink, unit_staging, run)
-                    if spec.source.table is not None and not fresh:
+                    if spec.source.table is not None and spec.sink.kafka is not None and not fresh:
                         qsink, qstaging = run.quarantine()
                         reproduce.reconcile_quarantine(
                             settings, ledger, run_id, unit_staging, qsink, qstaging, run.done_q  # type: ignore[arg-type]
@@ -225,7 +226,7 @@ def execute(
                     base = _progress(ledger, plan, run_id, live.started)  # before the wave
                     if spec.source.table is not None:
                         reproduce.run_table_wave(
-                            settings, ledger, plan, run_id, wave, unit_staging, qsink, qstaging,
+                            settings, ledger, plan, run_id, wave, unit_sink, unit_staging, qsink, qstaging,
                             run.done_q, live, base, timings,
                         )
                     else:

@@ -22,7 +22,7 @@ from rewind.spec.merge import Merge
 from rewind.spec.run import Guards, Quarantine, RunSettings
 from rewind.spec.shadow import Shadow
 from rewind.spec.source import Source
-from rewind.spec.targets import SinkConfig
+from rewind.spec.targets import KafkaTarget, SinkConfig
 from rewind.spec.transform import Decode, Translate
 from rewind.spec.values import _QUARANTINE_NAME, _SLUG, _fill, _iso, _Model
 from rewind.spec.verify import (
@@ -234,31 +234,22 @@ class JobSpec(_Model):
 
     def _reproduce(self) -> None:
         """A table source re-produces entities to Kafka: one key (the entity id), JSON rows in,
-        a named topic, always transactional."""
+        a named topic, always transactional; a reconstruction may write its events to a table."""
         table = self.source.table
         assert table is not None
         kafka = self.sink.kafka
-        if kafka is None:
+        if kafka is not None:
+            self._reproduce_to_kafka(kafka)
+        elif table.reconstruct is not None:
+            self._events_into_table()
+        else:
             raise _Bad(
                 "a table source re-produces to Kafka",
-                "give sink.kafka with the live topic or a dedicated one",
+                "give sink.kafka with the live topic or a dedicated one (a reconstruction may also write "
+                "its events to sink.iceberg or sink.postgres)",
                 got=_Plain(f"sink.{self.sink.kind}"),
                 at=("sink",),
             )
-        if kafka.topic is None:
-            raise _Bad(
-                "no topic given",
-                "name the live topic or a dedicated topic: there is no source topic to derive it from",
-                at=("sink", "kafka", "topic"),
-            )
-        if "transactional" in kafka.model_fields_set and not kafka.transactional:
-            raise _Bad(
-                "a re-produce is transactional",
-                "each work unit is one Kafka transaction with its marker: remove transactional: false",
-                got=False,
-                at=("sink", "kafka", "transactional"),
-            )
-        _fill(kafka, "transactional", True)
         if self.decode.format != "rows":
             raise _Bad(
                 "a table source hands the translate rows, not serialized values",
@@ -276,6 +267,62 @@ class JobSpec(_Model):
                 got=self.key,
                 at=("key",),
             )
+
+    def _reproduce_to_kafka(self, kafka: KafkaTarget) -> None:
+        if kafka.topic is None:
+            raise _Bad(
+                "no topic given",
+                "name the live topic or a dedicated topic: there is no source topic to derive it from",
+                at=("sink", "kafka", "topic"),
+            )
+        if "transactional" in kafka.model_fields_set and not kafka.transactional:
+            raise _Bad(
+                "a re-produce is transactional",
+                "each work unit is one Kafka transaction with its marker: remove transactional: false",
+                got=False,
+                at=("sink", "kafka", "transactional"),
+            )
+        _fill(kafka, "transactional", True)
+
+    def _events_into_table(self) -> None:
+        """A reconstruction into an Iceberg or SQL table appends its events, each unit once; what
+        places entities on Kafka partitions, or replaces rows, has no meaning there."""
+        table = self.source.table
+        assert table is not None
+        for name in ("skip_partitions", "stuck_check_group"):
+            if getattr(table, name):
+                raise _Bad(
+                    f"used only with sink.kafka (partitions of a topic), not sink.{self.sink.kind}",
+                    "remove it: a table of events has no partitions to skip or watch",
+                    got=getattr(table, name),
+                    at=("source", "table", name),
+                )
+        postgres, iceberg = self.sink.postgres, self.sink.iceberg
+        if postgres is not None and "mode" in postgres.model_fields_set and postgres.mode != "append":
+            raise _Bad(
+                "a reconstruction appends its events (an entity has many)",
+                "use mode: append (an upsert on the entity key would keep one event per entity)",
+                got=postgres.mode,
+                at=("sink", "postgres", "mode"),
+            )
+        if postgres is not None:
+            _fill(postgres, "mode", "append")
+        if iceberg is not None and iceberg.mode != "append":
+            raise _Bad(
+                "a reconstruction appends its events",
+                "use mode: append",
+                got=iceberg.mode,
+                at=("sink", "iceberg", "mode"),
+            )
+        for name in ("fold", "merge"):
+            given = self.translate.fold if name == "fold" else self.merge
+            if given is not None:
+                raise _Bad(
+                    "not with an event reconstruction",
+                    "a reconstruction appends events; fold them with source.table.reconstruct.fold "
+                    "when verifying",
+                    at=("translate", "fold") if name == "fold" else ("merge",),
+                )
 
     def _reconstruct(self) -> None:
         """``source.table.reconstruct`` and ``translate.transition`` go together."""

@@ -9,7 +9,8 @@ Steps, in order (nothing is written anywhere):
    (gate ``max-records``);
 3. fetch the selected keys in the database's order; place each on the target topic's partition
    (the topic's partition count, or ``sink.kafka.partitions`` for a new topic; gate
-   ``placement``), count them per partition, leave out ``skip_partitions``;
+   ``placement``), count them per partition, leave out ``skip_partitions`` (a reconstruction
+   into an Iceberg or SQL table places nothing: a table has no partitions);
 4. cut the keys into ``key_ranges`` ranges (default: one per ``run.work_unit_records``
    entities): each is a work unit ``<label>/<range>/0-<entities>`` whose rows one task reads
    with ``key >= lo AND key < hi`` and produces in one transaction;
@@ -99,7 +100,7 @@ def reader_of(settings: Settings, spec: JobSpec) -> TableReader:
 def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
     """Steps 1-6 of the module docstring."""
     table, kafka = spec.source.table, spec.sink.kafka
-    assert table is not None and kafka is not None and kafka.topic is not None
+    assert table is not None and (kafka is None or kafka.topic is not None)
     out = TablePlan()
     reader = reader_of(settings, spec)
     try:
@@ -127,8 +128,8 @@ def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
             "key_type": key_type,
             "selection": table.selection,
             "selected": selected,
-            "topic": kafka.topic,
-            "partitioner": kafka.partitioner,
+            "topic": kafka.topic if kafka is not None else None,
+            "partitioner": kafka.partitioner if kafka is not None else None,
         }
         if chosen.ids_digest:
             facts["ids_digest"] = chosen.ids_digest
@@ -158,45 +159,16 @@ def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
         keys = reader.keys(chosen.selection)
         placed = keys if rec is None else reconstruct_plan.entities(out, keys)  # a state per key
         _note_ids(out, chosen.selection.ids, placed, chosen.repeated)
-        partitions = _partition_count(settings, kafka.topic, kafka.partitions)
-        if partitions is None:
-            out.gates.append(
-                (
-                    "placement",
-                    False,
-                    f"topic {kafka.topic} does not exist and sink.kafka.partitions is not given: the "
-                    "partitions of the entities are unknown",
-                )
-            )
-            return out
-        parts = placement(placed, partitions, kafka.partitioner)
-        by_partition = counts_by_partition(parts)
-        wrong = [p for p in table.skip_partitions if p >= partitions]
-        if wrong:
-            out.gates.append(
-                (
-                    "placement",
-                    False,
-                    f"source.table.skip_partitions names partition {wrong[0]}; topic {kafka.topic} has "
-                    f"{partitions} (0-{partitions - 1})",
-                )
-            )
-            return out
-        skipped = {p: by_partition[p] for p in table.skip_partitions if p in by_partition}
-        facts.update(
-            partitions=partitions,
-            placement={str(p): n for p, n in by_partition.items()},
-            skipped={str(p): n for p, n in skipped.items()},
-        )
-        shown = ", ".join(f"{p}: {n}" for p, n in by_partition.items())
-        out.gates.append(
-            ("placement", True, f"{kafka.partitioner} over {partitions} partitions of {kafka.topic}: {shown}")
-        )
-        if skipped:
-            out.notes.append(
-                f"skip_partitions {table.skip_partitions}: {sum(skipped.values())} selected entities land "
-                "there and are left out (counted as filtered)"
-            )
+        if kafka is None:  # a reconstruction into a table: no partition to place an entity on
+            into = spec.sink.iceberg or spec.sink.postgres
+            assert into is not None
+            facts.update(partitions=0, target=f"{spec.sink.kind}:{into.table}")
+            parts: list[int] = []
+        else:
+            placed_on = _placed(out, settings, spec, placed, facts)
+            if placed_on is None:
+                return out
+            parts = placed_on
         # 4. key ranges = work units
         count = table.key_ranges or default_ranges(len(keys), spec.run.work_unit_records)
         ranges = cut_ranges(keys, count)
@@ -217,6 +189,54 @@ def plan_table(settings: Settings, spec: JobSpec) -> TablePlan:
         return out
     finally:
         reader.close()
+
+
+def _placed(
+    out: TablePlan, settings: Settings, spec: JobSpec, placed: list[Key], facts: dict[str, Any]
+) -> list[int] | None:
+    """Step 3's placement: each entity's partition of the target topic (None: the gate failed)."""
+    table, kafka = spec.source.table, spec.sink.kafka
+    assert table is not None and kafka is not None and kafka.topic is not None
+    partitions = _partition_count(settings, kafka.topic, kafka.partitions)
+    if partitions is None:
+        out.gates.append(
+            (
+                "placement",
+                False,
+                f"topic {kafka.topic} does not exist and sink.kafka.partitions is not given: the "
+                "partitions of the entities are unknown",
+            )
+        )
+        return None
+    parts = placement(placed, partitions, kafka.partitioner)
+    by_partition = counts_by_partition(parts)
+    wrong = [p for p in table.skip_partitions if p >= partitions]
+    if wrong:
+        out.gates.append(
+            (
+                "placement",
+                False,
+                f"source.table.skip_partitions names partition {wrong[0]}; topic {kafka.topic} has "
+                f"{partitions} (0-{partitions - 1})",
+            )
+        )
+        return None
+    skipped = {p: by_partition[p] for p in table.skip_partitions if p in by_partition}
+    facts.update(
+        partitions=partitions,
+        placement={str(p): n for p, n in by_partition.items()},
+        skipped={str(p): n for p, n in skipped.items()},
+    )
+    shown = ", ".join(f"{p}: {n}" for p, n in by_partition.items())
+    out.gates.append(
+        ("placement", True, f"{kafka.partitioner} over {partitions} partitions of {kafka.topic}: {shown}")
+    )
+    if skipped:
+        out.notes.append(
+            f"skip_partitions {table.skip_partitions}: {sum(skipped.values())} selected entities land "
+            "there and are left out (counted as filtered)"
+        )
+    return parts
 
 
 def default_ranges(entities: int, unit_records: int) -> int:

@@ -2,9 +2,11 @@
 
 The same wave as a re-produce's (:mod:`rewind.tables.stage`: one Spark job, one task per core,
 each running its units one after the other, one Kafka transaction per unit with its marker),
-with another unit body. Per unit, a task:
+with another unit body. Into a table sink, the unit writer is
+:class:`rewind.tables.unit_files.FileUnitWriter` instead (a Parquet file per unit, loaded by the
+task or committed by the driver with its unit). Per unit, a task:
 
-1. opens the unit with the Kafka sink's unit writer: an earlier attempt's commit means nothing
+1. opens the unit with the sink's unit writer: an earlier attempt's commit means nothing
    more to do, and its counts and quarantine files are returned as they were;
 2. reads the unit's rows, ``key >= lo AND key < hi`` in key order, in batches, at the pace of
    ``guards.max_records_per_second``; every state of an entity is in the unit (the key ranges
@@ -27,7 +29,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.arrow import schema_from_b64
-from rewind.core.counts import RecordCounts
+from rewind.core.counts import QUARANTINE_FILES_KEY, RecordCounts
 from rewind.core.parquet import open_writer
 from rewind.spark.progress_channel import TaskReporter
 from rewind.tables.placement import key_bytes
@@ -187,6 +189,12 @@ class ReconstructUnits(TableUnits):
             run.close_quarantine()
             session.abort()
             raise
+        recorded = written.pop("recorded", None)
+        if recorded is not None:  # a table sink's earlier attempt loaded the unit: its record stands
+            files = list(recorded.get(QUARANTINE_FILES_KEY) or [])
+            return TableUnitOutput(
+                unit.id, files, RecordCounts.from_dict(recorded), {**written, "repeat": True}
+            )
         written["types"] = run.types
         return TableUnitOutput(unit.id, run.q_files, run.counts, written)
 

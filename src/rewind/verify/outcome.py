@@ -6,7 +6,8 @@ Steps, in order (nothing is written but the report and the ledger's audit):
 
 1. read the run's events from its topic, ``read_committed``, keeping the records whose
    ``rewind.run-id`` is the run's, in partition and offset order (an entity's events are on one
-   partition, in business order);
+   partition, in business order); or from its table's staging, ordered by their lineage
+   (:mod:`rewind.verify.table_events`);
 2. fold them: ``reconstruct.fold`` gets every event (the JSON values, sorted by entity key,
    stable, so each entity's events stay in business order) and returns one row per entity;
 3. the source's latest state per entity: its states read again (the plan's selection), ordered
@@ -206,7 +207,12 @@ def verify_outcome(
             "replays an entity's events into its state to verify the outcome"
         )
     key = spec.key[0]
-    events = run_events(settings.kafka_config(), str(staging["topic"]), run_id)  # 1.
+    if spec.sink.kafka is not None:  # 1.
+        events = run_events(settings.kafka_config(), str(staging["topic"]), run_id)
+    else:  # a table of events: its rows in business order, from their lineage
+        from rewind.verify.table_events import table_events
+
+        events = table_events(settings, spec, staging, run_id)
     fold = load_callable(rec.fold, "source.table.reconstruct.fold")
     if events.empty:
         folded = pd.DataFrame({key: []})
