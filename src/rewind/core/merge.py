@@ -22,9 +22,9 @@ Every row of the run gets exactly one decision, so the decisions add up to the r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from rewind.core.columns import (
     LINEAGE_COLUMNS,
@@ -34,29 +34,14 @@ from rewind.core.columns import (
     SOURCE_TOPIC,
 )
 from rewind.core.counts import MERGE_DECISIONS
+from rewind.core.merge_policy import MergePolicy
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-OnCollision = Literal["prefer-live", "prefer-backfill", "latest-event-time", "latest-offset"]
 _NEVER = -(2**62)
 """Source time of a row without one: older than any event."""
-
-
-@dataclass(frozen=True)
-class MergePolicy:
-    """The spec's ``merge:`` with its cut line resolved (a group's offsets read at plan time)."""
-
-    on_collision: OnCollision = "latest-event-time"
-    ambiguous: Literal["route", "latest-offset"] = "latest-offset"
-    cut_time_us: int | None = None
-    """Microseconds since the epoch (the lineage time's unit)."""
-    cut_offsets: Mapping[tuple[str, int], int] | None = None
-
-    @property
-    def has_cut(self) -> bool:
-        return self.cut_time_us is not None or self.cut_offsets is not None
 
 
 @dataclass

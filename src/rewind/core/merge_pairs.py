@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-    from rewind.core.merge import MergePolicy
+    from rewind.core.merge_policy import MergePolicy
 
 APPLIED, REJECTED_STALE, SUPERSEDED, UNDECIDED = 0, 1, 2, 3
 _NEVER = -(2**62)
