@@ -17,7 +17,8 @@ import pytest
 from rewind.config import Settings
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
-from rewind.demo.story import Window, _check_main, run_demo
+from rewind.demo.scene import Window
+from rewind.demo.story import _check_main, run_demo
 from rewind.job.service import open_ledger, show_run
 from tests.brokers import TestBroker
 

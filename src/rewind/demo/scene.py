@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +28,32 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from rewind.config import Settings
-    from rewind.demo.story import Say, Window
 
 PARTITIONS = 6
+SEAM_DAY = 50
+BUG_FROM_DAY, BUG_DAYS = 47, 5
+
+# How a step tells the user what it did. Here, below both stories, because the scene says
+# things too and the stories import the scene (never the other way round).
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Window:
+    """The bug window, the seam and the window the repair reads."""
+
+    bug_from: datetime
+    bug_to: datetime
+    seam: datetime
+
+    @property
+    def read_to(self) -> datetime:
+        return self.bug_to + domain.ORDER_LIFETIME
+
+    @classmethod
+    def default(cls) -> Window:
+        bug_from = domain.START + timedelta(days=BUG_FROM_DAY)
+        return cls(bug_from, bug_from + timedelta(days=BUG_DAYS), domain.START + timedelta(days=SEAM_DAY))
 
 
 @dataclass

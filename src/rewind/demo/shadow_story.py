@@ -38,7 +38,8 @@ from rich.markup import escape
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
 from rewind.demo.live import OrderProducer, TotalsService, sqlite_time
-from rewind.demo.story import DemoResult, Say, Window, expect
+from rewind.demo.scene import Say, Window
+from rewind.demo.story import DemoResult, expect
 
 if TYPE_CHECKING:
     from rewind.config import Settings

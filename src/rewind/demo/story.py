@@ -24,9 +24,7 @@ tables); the ledger keeps every run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,17 +33,12 @@ from rich.markup import escape
 from rewind.core.console import QuietConsole, RunProgress
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
+from rewind.demo.scene import Say, Scene, Window, read_sqlite_model, set_scene
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from rewind.config import Settings
-    from rewind.demo.scene import Scene
-
-Say = Callable[[str], None]
-
-SEAM_DAY = 50
-BUG_FROM_DAY, BUG_DAYS = 47, 5
 
 
 def expect(condition: bool, step: str, message: str) -> None:
@@ -65,24 +58,6 @@ class DemoResult:
         entry = {"step": name, "seconds": round(time.monotonic() - started, 2), **facts}
         self.steps.append(entry)
         return entry
-
-
-@dataclass(frozen=True)
-class Window:
-    """The bug window, the seam and the window the repair reads."""
-
-    bug_from: datetime
-    bug_to: datetime
-    seam: datetime
-
-    @property
-    def read_to(self) -> datetime:
-        return self.bug_to + domain.ORDER_LIFETIME
-
-    @classmethod
-    def default(cls) -> Window:
-        bug_from = domain.START + timedelta(days=BUG_FROM_DAY)
-        return cls(bug_from, bug_from + timedelta(days=BUG_DAYS), domain.START + timedelta(days=SEAM_DAY))
 
 
 def repair_spec(scene: Scene, window: Window) -> dict[str, Any]:
@@ -138,7 +113,6 @@ def run_demo(
 
     ``start_stack=False`` plays it on whatever the settings name (the tests' broker and catalog).
     """
-    from rewind.demo.scene import set_scene
     from rewind.embedded.stack import Stack
     from rewind.job.publish import promote_run, rollback_run
     from rewind.job.service import run_job
@@ -223,7 +197,6 @@ def sqlite_spec(scene: Scene, window: Window) -> dict[str, Any]:
 
 def _repair_sqlite_copy(settings: Settings, scene: Scene, window: Window, say: Say) -> str:
     """Step 6: the same job into SQLite: run, verify, promote; the copy must equal the correct model."""
-    from rewind.demo.scene import read_sqlite_model
     from rewind.job.publish import promote_run
     from rewind.job.service import run_job
     from rewind.spec import parse_spec
