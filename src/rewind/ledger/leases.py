@@ -27,7 +27,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, and_, case, delete, or_, select, update
 
@@ -37,7 +37,7 @@ from rewind.ledger.models import Lease
 from rewind.ledger.schema import leases
 
 if TYPE_CHECKING:
-    from rewind.ledger.repo import Ledger
+    from rewind.ledger.outage import Outage
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +170,23 @@ def release(conn: Connection, target: str, holder: str, owner: str) -> bool:
     return bool(result.rowcount)
 
 
+class LeaseLedger(Protocol):
+    """What a :class:`LeaseKeeper` needs of the ledger (:class:`~rewind.ledger.Ledger` is one).
+
+    A protocol rather than the ledger itself: the ledger's repository takes leases through this
+    module's functions and builds the keepers (:meth:`~rewind.ledger.Ledger.keeper`), so leases
+    sit below it and never import it.
+    """
+
+    outage: Outage
+
+    def acquire(self, target: str, holder: str, ttl_s: float, *, owner: str | None = None) -> Lease: ...
+
+    def heartbeat(self, target: str, holder: str, ttl_s: float, *, owner: str | None = None) -> Lease: ...
+
+    def release(self, target: str, holder: str, *, owner: str | None = None) -> bool: ...
+
+
 class LeaseKeeper:
     """Hold a lease for the life of a ``with`` block, heartbeating from a daemon thread.
 
@@ -184,7 +201,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: LeaseLedger,
         target: str,
         holder: str,
         ttl_s: float,
