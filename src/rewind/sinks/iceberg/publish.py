@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rewind import faults
 from rewind.sinks.base import Swap
@@ -33,17 +33,36 @@ from rewind.sinks.iceberg.staging import (
     UNITS_PROPERTY,
     IcebergSinkError,
     IcebergStaging,
+    load_table,
 )
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from pyiceberg.catalog import Catalog
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
-    from rewind.sinks.iceberg.sink import IcebergSink
-
 REBASE_PROPERTY = "rewind.rebase-of"
 """Snapshot summary key on the snapshots of a rebase commit: the staging branch re-applied."""
+
+
+class PublishingSink(Protocol):
+    """What promotion and rollback need of the sink (an
+    :class:`~rewind.sinks.iceberg.sink.IcebergSink`): the sink calls this module, so this module
+    names only what it reads and never imports the sink back."""
+
+    catalog: Catalog
+    table_name: str
+    mode: str
+    window_column: str | None
+    window: tuple[datetime, datetime] | None
+
+    @property
+    def target(self) -> str: ...
+
+    def window_filter(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,7 @@ def _commit(action: str, operation: Callable[[], object]) -> None:
     faults.point(f"iceberg-{action}-after-commit")
 
 
-def promote(sink: IcebergSink, staging: IcebergStaging, rebase: bool = False) -> Swap:
+def promote(sink: PublishingSink, staging: IcebergStaging, rebase: bool = False) -> Swap:
     """Make the staged output what the target's readers see, atomically.
 
     Steps: (1) a staging table is renamed to the target (under ``rebase`` refused if the target
@@ -107,7 +126,7 @@ def promote(sink: IcebergSink, staging: IcebergStaging, rebase: bool = False) ->
     return Swap(sink.target, "promote", main, head.snapshot_id, False)
 
 
-def rollback(sink: IcebergSink, staging: IcebergStaging, promoted: dict[str, Any]) -> Swap:
+def rollback(sink: PublishingSink, staging: IcebergStaging, promoted: dict[str, Any]) -> Swap:
     """Undo a promotion recorded as ``promoted`` (a :meth:`Swap.to_dict`), rebased or not."""
     if staging.created_table:
         return _rename(sink, sink.table_name, staging.table, "rollback")
@@ -128,8 +147,8 @@ def rollback(sink: IcebergSink, staging: IcebergStaging, promoted: dict[str, Any
     return Swap(sink.target, "rollback", after, before, False)
 
 
-def _target(sink: IcebergSink, staging: IcebergStaging, doing: str) -> Table:
-    table = sink._load(staging.table)
+def _target(sink: PublishingSink, staging: IcebergStaging, doing: str) -> Table:
+    table = load_table(sink.catalog, staging.table)
     if table is None:
         raise IcebergSinkError(f"target {staging.table} does not exist any more; nothing to {doing}")
     return table
@@ -147,7 +166,7 @@ def _staged_head(table: Table, staging: IcebergStaging) -> Snapshot:
 # -- rebase -----------------------------------------------------------------------------------
 
 
-def _rebase(sink: IcebergSink, table: Table, staging: IcebergStaging, head: Snapshot) -> Swap:
+def _rebase(sink: PublishingSink, table: Table, staging: IcebergStaging, head: Snapshot) -> Swap:
     """Re-apply the run's output on the moved ``main`` in ONE catalog commit.
 
     Steps: (1) collect the data files the run's unit commits added, still live at the branch
@@ -218,7 +237,7 @@ def _run_files(table: Table, staging: IcebergStaging, head: Snapshot) -> list[Da
 
 
 def _found_rebase(
-    sink: IcebergSink, table: Table, staging: IcebergStaging, head: Snapshot
+    sink: PublishingSink, table: Table, staging: IcebergStaging, head: Snapshot
 ) -> RebasedSwap | None:
     """The rebase of this branch that ``main`` is at, if it is at one (a commit found done)."""
     from pyiceberg.table.snapshots import ancestors_of
@@ -239,7 +258,7 @@ def _found_rebase(
     return RebasedSwap(sink.target, "promote", onto, main.snapshot_id, True, details)
 
 
-def _window(sink: IcebergSink) -> dict[str, str] | None:
+def _window(sink: PublishingSink) -> dict[str, str] | None:
     if sink.mode != "replace-window" or sink.window is None:
         return None
     lo, hi = sink.window
@@ -263,9 +282,10 @@ def _counts(table: Table, main: Snapshot, onto: int | None) -> dict[str, int]:
     }
 
 
-def _refuse_new_table_rebase(sink: IcebergSink, staging: IcebergStaging) -> None:
+def _refuse_new_table_rebase(sink: PublishingSink, staging: IcebergStaging) -> None:
     """A new read model staged as its own table cannot be merged into a target created since."""
-    if sink._load(sink.table_name) is not None and sink._load(staging.table) is not None:
+    catalog = sink.catalog
+    if load_table(catalog, sink.table_name) is not None and load_table(catalog, staging.table) is not None:
         raise IcebergSinkError(
             f"cannot rebase {staging.table}: the run staged a new table because {sink.table_name} did not "
             f"exist, and {sink.table_name} was created since; re-run the backfill, which then stages on a "
@@ -273,8 +293,9 @@ def _refuse_new_table_rebase(sink: IcebergSink, staging: IcebergStaging) -> None
         )
 
 
-def _rename(sink: IcebergSink, source: str, dest: str, action: str) -> Swap:
-    have_source, have_dest = sink._load(source) is not None, sink._load(dest) is not None
+def _rename(sink: PublishingSink, source: str, dest: str, action: str) -> Swap:
+    catalog = sink.catalog
+    have_source, have_dest = load_table(catalog, source) is not None, load_table(catalog, dest) is not None
     if have_dest and not have_source:
         return Swap(sink.target, action, source, dest, True)
     if have_dest:

@@ -30,6 +30,7 @@ from rewind.sinks.iceberg.staging import (
     UNITS_PROPERTY,
     IcebergSinkError,
     IcebergStaging,
+    load_table,
     split_identifier,
 )
 
@@ -71,12 +72,7 @@ class IcebergSink(StagingSink[IcebergStaging]):
         return f"iceberg:{self.table_name}"
 
     def _load(self, name: str) -> Table | None:
-        from pyiceberg.exceptions import NoSuchTableError
-
-        try:
-            return self.catalog.load_table(name)
-        except NoSuchTableError:
-            return None
+        return load_table(self.catalog, name)
 
     # -- gates ----------------------------------------------------------------------------
 

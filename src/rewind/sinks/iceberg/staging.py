@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from rewind.errors import RewindError
 
 if TYPE_CHECKING:
-
-    pass
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
 
 RUN_PROPERTY = "rewind.run-id"
@@ -59,3 +59,14 @@ def split_identifier(identifier: str) -> tuple[str, str]:
         raise IcebergSinkError(f"sink.iceberg.table {identifier!r}: expected namespace.table")
     namespace, _, name = identifier.rpartition(".")
     return namespace, name
+
+
+def load_table(catalog: Catalog, name: str) -> Table | None:
+    """The table ``name`` of ``catalog``, or None when it does not exist (the sink and its
+    promotion both ask)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.load_table(name)
+    except NoSuchTableError:
+        return None
