@@ -441,3 +441,19 @@ def test_sqlite_accepts_a_timestamp_only_where_it_reads_back_as_one(declared: st
     back = sql_types.sqlite_arrow_of(declared)
     reads_a_timestamp = back is not None and pa.types.is_timestamp(back)
     assert sql_types.sqlite_compatible(pa.timestamp("us", tz="UTC"), declared) is reads_a_timestamp
+
+
+def test_sqlite_text_of_a_nanosecond_timestamp_reads_back_as_the_declared_microseconds() -> None:
+    """pandas' timestamps are nanoseconds: SQLite keeps their text with 9 digits, and a TIMESTAMP
+    column reads back as microseconds (an event reconstruction's business times, say)."""
+    import pyarrow as pa
+
+    from rewind.sinks.sql.types import from_text
+
+    text = pa.array(["2024-02-10 00:00:00.000000000", "2024-03-31 12:30:00.123456000", None])
+    got = from_text(text, pa.timestamp("us", tz="UTC")).to_pylist()
+    assert [v.isoformat() if v else v for v in got] == [
+        "2024-02-10T00:00:00+00:00",
+        "2024-03-31T12:30:00.123456+00:00",
+        None,
+    ]

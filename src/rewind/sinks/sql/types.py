@@ -297,8 +297,12 @@ def from_text(text: pa.Array, t: pa.DataType) -> pa.Array:
     import pyarrow as pa
 
     if pa.types.is_timestamp(t) and t.tz:
-        try:
-            return text.cast(pa.timestamp(t.unit)).cast(t)  # naive text is UTC (as written)
-        except pa.ArrowInvalid:
-            return text.cast(t)
+        # naive text is UTC (as written); a nanosecond column (pandas' unit) was written with 9
+        # digits, which Arrow parses only as nanoseconds
+        for unit in dict.fromkeys((t.unit, "ns")):
+            try:
+                return text.cast(pa.timestamp(unit)).cast(t, safe=False)
+            except pa.ArrowInvalid:
+                continue
+        return text.cast(t)
     return text.cast(t)
