@@ -24,12 +24,12 @@ from rewind.sinks.sql.types import SqlColumn, is_nested, pg_compatible, sqlite_a
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from rewind.sinks.sql.sink import SqlSink
+    from rewind.sinks.sql.sink_internals import SqlSinkInternals
 
 log = logging.getLogger(__name__)
 
 
-def check_output(sink: SqlSink, schema: pa.Schema) -> None:
+def check_output(sink: SqlSinkInternals, schema: pa.Schema) -> None:
     names = set(schema.names)
     for f in schema:
         if is_nested(f.type):
@@ -44,7 +44,7 @@ def check_output(sink: SqlSink, schema: pa.Schema) -> None:
         )
 
 
-def check_target(sink: SqlSink, tx: Tx, name: TableName, schema: pa.Schema) -> None:
+def check_target(sink: SqlSinkInternals, tx: Tx, name: TableName, schema: pa.Schema) -> None:
     import pyarrow as pa
 
     cols = {c.name: c for c in sink._backend.columns(tx, name)}
@@ -111,7 +111,7 @@ def sqlite_temporal_refusal(name: TableName, f: pa.Field, declared: str) -> str:
     )
 
 
-def check_same_shape(sink: SqlSink, tx: Tx, name: TableName, sname: TableName) -> None:
+def check_same_shape(sink: SqlSinkInternals, tx: Tx, name: TableName, sname: TableName) -> None:
     """Staging must have the target's columns (names, types, nullability) in its order (a
     shadow's v2 may have new ones after them)."""
     target = [(c.name, c.type, c.notnull) for c in sink._backend.columns(tx, name)]
@@ -129,7 +129,7 @@ def check_same_shape(sink: SqlSink, tx: Tx, name: TableName, sname: TableName) -
         )
 
 
-def check_staging(sink: SqlSink, tx: Tx, sname: TableName, schema: pa.Schema) -> list[SqlColumn]:
+def check_staging(sink: SqlSinkInternals, tx: Tx, sname: TableName, schema: pa.Schema) -> list[SqlColumn]:
     cols = sink._backend.columns(tx, sname)
     by_name = {c.name: c for c in cols}
     compatible = sqlite_compatible if sink.is_sqlite else pg_compatible

@@ -35,13 +35,14 @@ if TYPE_CHECKING:
 
     from rewind.sinks.base import RowFold
     from rewind.sinks.sql.backend import Tx
-    from rewind.sinks.sql.sink import SqlSink, SqlStaging
+    from rewind.sinks.sql.sink_internals import SqlSinkInternals
+    from rewind.sinks.sql.staging import SqlStaging
 
 KEYS_TABLE = "rewind_fold_keys"
 
 
 def commit_folded(
-    sink: SqlSink,
+    sink: SqlSinkInternals,
     staging: SqlStaging,
     run_id: str,
     unit_ids: list[str],
@@ -54,7 +55,7 @@ def commit_folded(
 
 
 def load_folded(
-    sink: SqlSink, tx: Tx, sname: TableName, columns: list[str], files: list[str], fold: RowFold
+    sink: SqlSinkInternals, tx: Tx, sname: TableName, columns: list[str], files: list[str], fold: RowFold
 ) -> tuple[int, str]:
     """Steps 1-4 (module docstring) inside the commit's transaction; the rows written."""
     import pyarrow as pa
@@ -87,7 +88,7 @@ def load_folded(
     return written, "fold"
 
 
-def read_current(sink: SqlSink, tx: Tx, sname: TableName, keys: pa.Table) -> pa.Table:
+def read_current(sink: SqlSinkInternals, tx: Tx, sname: TableName, keys: pa.Table) -> pa.Table:
     """Staging's rows whose key is one of ``keys``, through a temporary table of the keys."""
     names = ", ".join(quote_ident(k) for k in sink.key)
     temp = quote_ident(KEYS_TABLE)

@@ -21,12 +21,13 @@ from rewind.sinks.sql.postgres import PostgresBackend
 
 if TYPE_CHECKING:
     from rewind.sinks.base import RowFold
-    from rewind.sinks.sql.sink import SqlSink, SqlStaging
+    from rewind.sinks.sql.sink_internals import SqlSinkInternals
+    from rewind.sinks.sql.staging import SqlStaging
 
 log = logging.getLogger(__name__)
 
 
-def write_files(sink: SqlSink,
+def write_files(sink: SqlSinkInternals,
     tx: Tx,
     sname: TableName,
     run_id: str,
@@ -74,7 +75,7 @@ def write_files(sink: SqlSink,
     return rows, path, new
 
 
-def file_columns(sink: SqlSink, files: list[str]) -> list[str]:
+def file_columns(sink: SqlSinkInternals, files: list[str]) -> list[str]:
     if not files:
         return []
     import pyarrow.parquet as pq
@@ -85,7 +86,7 @@ def file_columns(sink: SqlSink, files: list[str]) -> list[str]:
 
 
 def load_files(
-    sink: SqlSink, tx: Tx, sname: TableName, columns: list[str], files: list[str]
+    sink: SqlSinkInternals, tx: Tx, sname: TableName, columns: list[str], files: list[str]
 ) -> tuple[int, str]:
     if not files:
         return 0, "none"
@@ -105,7 +106,7 @@ def load_files(
     return pg.copy_upsert(tx, sname, columns, files, conflict, sink.mode, dedupe), "upsert"
 
 
-def starts_empty(sink: SqlSink, tx: Tx, sname: TableName) -> bool:
+def starts_empty(sink: SqlSinkInternals, tx: Tx, sname: TableName) -> bool:
     from sqlalchemy import select
 
     book = sink._tables(tx)
@@ -117,5 +118,5 @@ def starts_empty(sink: SqlSink, tx: Tx, sname: TableName) -> bool:
     return direct
 
 
-def unspool(sink: SqlSink, staging: SqlStaging, files: list[str]) -> None:
+def unspool(sink: SqlSinkInternals, staging: SqlStaging, files: list[str]) -> None:
     remove_files_under(staging.spool, files)

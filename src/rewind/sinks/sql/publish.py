@@ -29,7 +29,8 @@ from rewind.sinks.sql.names import TableName, run_tag
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from rewind.sinks.sql.sink import SqlSink, SqlStaging
+    from rewind.sinks.sql.sink_internals import SqlSinkInternals
+    from rewind.sinks.sql.staging import SqlStaging
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +47,19 @@ class _Renames:
     """The new values of the staging's row in ``rewind_stagings``."""
 
 
-def promote_once(sink: SqlSink, staging: SqlStaging) -> Swap:
+def promote_once(sink: SqlSinkInternals, staging: SqlStaging) -> Swap:
     return _swap(sink, staging, "promote", _promotion)
 
 
-def rollback_once(sink: SqlSink, staging: SqlStaging) -> Swap:
+def rollback_once(sink: SqlSinkInternals, staging: SqlStaging) -> Swap:
     return _swap(sink, staging, "rollback", _rollback)
 
 
 def _swap(
-    sink: SqlSink,
+    sink: SqlSinkInternals,
     staging: SqlStaging,
     action: Literal["promote", "rollback"],
-    plan: Callable[[SqlSink, Tx, Any, TableName, TableName, TableName], _Renames | Swap],
+    plan: Callable[[SqlSinkInternals, Tx, Any, TableName, TableName, TableName], _Renames | Swap],
 ) -> Swap:
     """The one skeleton of a promotion and a rollback, in one transaction:
 
@@ -101,7 +102,7 @@ def _swap(
 
 
 def _promotion(
-    sink: SqlSink, tx: Tx, row: Any, target: TableName, sname: TableName, prev: TableName
+    sink: SqlSinkInternals, tx: Tx, row: Any, target: TableName, sname: TableName, prev: TableName
 ) -> _Renames | Swap:
     """Steps 2-4 of :meth:`SqlSink.promote <rewind.sinks.sql.sink.SqlSink.promote>`."""
     before = {"table": str(target), "rows": row.base_rows, "fingerprint": row.base_fingerprint}
@@ -142,7 +143,7 @@ def _promotion(
 
 
 def _rollback(
-    sink: SqlSink, tx: Tx, row: Any, target: TableName, sname: TableName, prev: TableName
+    sink: SqlSinkInternals, tx: Tx, row: Any, target: TableName, sname: TableName, prev: TableName
 ) -> _Renames | Swap:
     """The reverse renames, refused when the promoted table changed since the promotion."""
     before = {"table": str(target), "fingerprint": row.promoted_fingerprint}
@@ -181,7 +182,7 @@ def _rollback(
 
 
 def check_unmoved(
-    sink: SqlSink, tx: Tx, name: TableName, rows: int | None, fingerprint: str | None, since: str
+    sink: SqlSinkInternals, tx: Tx, name: TableName, rows: int | None, fingerprint: str | None, since: str
 ) -> None:
     now_rows, now_fp = sink._backend.fingerprint(tx, name)
     if now_fp != fingerprint:
@@ -191,7 +192,7 @@ def check_unmoved(
         )
 
 
-def with_lock_retry(sink: SqlSink, action: Callable[[], Swap]) -> Swap:
+def with_lock_retry(sink: SqlSinkInternals, action: Callable[[], Swap]) -> Swap:
     """Retry an action whose lock wait hit ``lock_timeout`` (readers queue behind a waiting swap)."""
     deadline = time.monotonic() + sink.lock_wait_s
     delay = 0.05
@@ -211,7 +212,7 @@ def with_lock_retry(sink: SqlSink, action: Callable[[], Swap]) -> Swap:
             delay = min(delay * 2, 2.0)
 
 
-def cleanup_run(sink: SqlSink, staging: SqlStaging) -> dict[str, Any]:
+def cleanup_run(sink: SqlSinkInternals, staging: SqlStaging) -> dict[str, Any]:
     """``rewind cleanup RUN``: drop what of the run is not the live target.
 
     Promoted: the previous table is dropped (rollback is impossible afterwards); not
@@ -265,7 +266,7 @@ def cleanup_run(sink: SqlSink, staging: SqlStaging) -> dict[str, Any]:
     }
 
 
-def read_sides(sink: SqlSink, staging: SqlStaging) -> tuple[pa.Table | None, pa.Table]:
+def read_sides(sink: SqlSinkInternals, staging: SqlStaging) -> tuple[pa.Table | None, pa.Table]:
     """Production's rows (the target table as consumers read it, None when there is none) and
     the staged rows, in one transaction so both are of the same moment (``rewind compensate``).
     After promotion the staged rows are the target's, so both sides are the same."""
@@ -279,14 +280,14 @@ def read_sides(sink: SqlSink, staging: SqlStaging) -> tuple[pa.Table | None, pa.
         return old, sink._backend.read_arrow(tx, name)
 
 
-def table_fingerprint(sink: SqlSink, table: str) -> tuple[int, str] | None:
+def table_fingerprint(sink: SqlSinkInternals, table: str) -> tuple[int, str] | None:
     """Row count and content digest of ``table`` (None when it does not exist)."""
     with sink._tx() as tx:
         name = sink._backend.resolve(tx, table)
         return sink._backend.fingerprint(tx, name) if sink._backend.exists(tx, name) else None
 
 
-def read_table(sink: SqlSink, table: str) -> pa.Table | None:
+def read_table(sink: SqlSinkInternals, table: str) -> pa.Table | None:
     """All rows of ``table`` through the driver (None when it does not exist)."""
     with sink._tx() as tx:
         name = sink._backend.resolve(tx, table)

@@ -65,7 +65,6 @@ import logging
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,6 +93,7 @@ from rewind.sinks.sql.names import TableName, key_index_name, prev_name, run_tag
 from rewind.sinks.sql.postgres import PostgresBackend
 from rewind.sinks.sql.publish import cleanup_run, promote_once, rollback_once, with_lock_retry
 from rewind.sinks.sql.sqlite import SqliteBackend
+from rewind.sinks.sql.staging import SqlStaging
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,41 +104,6 @@ if TYPE_CHECKING:
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SqlStaging:
-    """A run's staging table (JSON-able for the ledger). Names are ``schema.table``."""
-
-    target: str
-    table: str
-    target_table: str
-    prev_table: str
-    run_id: str
-    target_existed: bool
-    spool: str
-    base_rows: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": "postgres", **asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SqlStaging:
-        return cls(
-            data["target"],
-            data["table"],
-            data["target_table"],
-            data["prev_table"],
-            data["run_id"],
-            bool(data["target_existed"]),
-            data["spool"],
-            data.get("base_rows"),
-        )
-
-    def describe(self) -> str:
-        if self.target_existed:
-            return f"{self.table} (a copy of {self.target_table} plus this run's rows)"
-        return f"{self.table} (a new table, becomes {self.target_table} on promotion)"
 
 
 class SqlSink(StagingSink[SqlStaging]):
