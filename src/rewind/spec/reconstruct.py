@@ -4,7 +4,8 @@ A legacy system kept only state: a history table with one row per change, or per
 snapshots of a table. The reconstruction reads those states per entity (``key``), orders them
 by business time (``time``, ties broken by ``tie``), hands each entity's consecutive states
 (previous, current) to ``translate.transition`` and produces the events it returns, each
-entity's in business order on the entity's partition (docs/runbook-reconstruct.md).
+entity's in business order on the entity's partition, or appends them to a table
+(docs/runbook-reconstruct.md).
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from rewind.spec.values import _FUNCTION, _Model
 
 
 class Reconstruct(_Model):
-    """How the states of a history table (or of snapshots) become consecutive pairs per entity."""
+    """How the states of a history table (or of snapshots) become consecutive pairs per entity.
+
+    The events go to ``sink.kafka`` (each entity's on its partition, in business order) or are
+    appended to ``sink.iceberg`` or ``sink.postgres`` (a table of events, each row with its
+    lineage columns)."""
 
     mode: Literal["history", "snapshots"] = Field(
         default="history",

@@ -154,7 +154,7 @@ class TableSource(_Model):
         default_factory=list,
         description=(
             "Target partitions to leave out (blocked downstream): entities landing there are not "
-            "produced, counted as filtered and named in the plan."
+            "produced, counted as filtered and named in the plan. With `sink.kafka` only."
         ),
     )
     stuck_check_group: str | None = Field(
@@ -162,7 +162,7 @@ class TableSource(_Model):
         description=(
             "A live consumer group of the target topic: the plan warns when a selected entity "
             "lands on a partition where this group's oldest unconsumed record is older than "
-            "`stuck_after_s` (a re-produced message would wait behind it)."
+            "`stuck_after_s` (a re-produced message would wait behind it). With `sink.kafka` only."
         ),
     )
     stuck_after_s: float = Field(

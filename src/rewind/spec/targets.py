@@ -114,7 +114,10 @@ class SqlTarget(_Model):
     )
     mode: Literal["upsert", "append"] = Field(
         default="upsert",
-        description="`upsert` on `key` (on the event id when `key` is empty), or `append`.",
+        description=(
+            "`upsert` on `key` (on the event id when `key` is empty), or `append` (an event "
+            "reconstruction appends: its default, and the only mode it takes)."
+        ),
     )
     window_column: str | None = Field(
         default=None,
