@@ -34,9 +34,6 @@ if TYPE_CHECKING:
     from rewind.sinks.kafka.avro_values import AvroValues
     from rewind.sinks.kafka.records import EncodedBatch
 
-if TYPE_CHECKING:  # the sink builds the writer: a runtime import would be a cycle
-    from rewind.sinks.kafka.sink import KafkaTopicSink
-
 log = logging.getLogger(__name__)
 
 
@@ -57,13 +54,14 @@ _BATCH_ROWS = 20_000
 class CommitWriter:
     """The producer of one commit and its bookkeeping (see :meth:`KafkaTopicSink.commit`)."""
 
-    def __init__(self, sink: KafkaTopicSink, staging: KafkaStaging, run_id: str) -> None:
-        self.sink = sink
+    def __init__(self, conf: dict[str, Any], key: list[str], staging: KafkaStaging, run_id: str) -> None:
+        """``conf`` and ``key`` are the sink's (its client settings and the output's key columns)."""
+        self.key = key
         self.staging = staging
         self.run_id = run_id
         self.schema = schema_from_b64(staging.schema_b64)
         self.txn = TransactionalProducer(
-            {**PRODUCER_DEFAULTS, **sink.conf},
+            {**PRODUCER_DEFAULTS, **conf},
             transactional_id=transactional_id(run_id) if staging.transactional else None,
             error=KafkaSinkError,
             call_timeout_s=TXN_CALL_TIMEOUT_S,
@@ -115,7 +113,7 @@ class CommitWriter:
         avro = values_of(self.staging.value_format, self.schema)
         if avro is not None:
             check_files(files, avro)  # a value the schema cannot hold: refused before anything is produced
-        encoder = RecordEncoder(self.schema, self.sink.key, avro.encode if avro is not None else None)
+        encoder = RecordEncoder(self.schema, self.key, avro.encode if avro is not None else None)
         same = self.staging.same_partition_topics
         rows = produced = 0
         for path in sorted(files, key=_source_order):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rewind import faults
 from rewind.core.store import remove_tree
@@ -25,14 +25,22 @@ from rewind.sinks.kafka.topics import (
     wait_until,
 )
 
-if TYPE_CHECKING:
-
-    from rewind.sinks.kafka.sink import KafkaTopicSink
-
 log = logging.getLogger(__name__)
 
 
-def promote_topic(sink: KafkaTopicSink, staging: KafkaStaging) -> Swap:
+class PublishingTopicSink(Protocol):
+    """What promotion, withdrawal and cleanup need of the sink (a
+    :class:`~rewind.sinks.kafka.sink.KafkaTopicSink`): the sink calls this module, so this
+    module names only what it reads and never imports the sink back."""
+
+    conf: dict[str, Any]
+    spool_dir: str
+
+    @property
+    def target(self) -> str: ...
+
+
+def promote_topic(sink: PublishingTopicSink, staging: KafkaStaging) -> Swap:
     """Record the topic with its end offsets as ``published``; idempotent.
 
     Steps: (1) read the run's bookkeeping; already published → nothing to do; (2) the true
@@ -69,7 +77,7 @@ def promote_topic(sink: KafkaTopicSink, staging: KafkaStaging) -> Swap:
     return Swap(sink.target, "promote", published_view(before), published_view(publication), False)
 
 
-def withdraw_topic(sink: KafkaTopicSink, staging: KafkaStaging, promoted: dict[str, Any]) -> Swap:
+def withdraw_topic(sink: PublishingTopicSink, staging: KafkaStaging, promoted: dict[str, Any]) -> Swap:
     """Record the topic as ``withdrawn``; idempotent. The topic stays until ``rewind cleanup``."""
     runlog = staged_run_log(sink.conf, staging)
     after = {"topic": staging.topic, "state": "withdrawn"}
@@ -88,7 +96,7 @@ def withdraw_topic(sink: KafkaTopicSink, staging: KafkaStaging, promoted: dict[s
 
 
 def write_publication(
-    sink: KafkaTopicSink, staging: KafkaStaging, record: dict[str, Any], action: str
+    sink: PublishingTopicSink, staging: KafkaStaging, record: dict[str, Any], action: str
 ) -> None:
     """Write the run's publication record (the one durable step of a promote or rollback)
     between the fault points ``kafka-<action>-before-commit`` and ``-after-commit``."""
@@ -97,7 +105,7 @@ def write_publication(
     faults.point(f"kafka-{action}-after-commit")
 
 
-def cleanup_topic(sink: KafkaTopicSink, staging: KafkaStaging) -> dict[str, Any]:
+def cleanup_topic(sink: PublishingTopicSink, staging: KafkaStaging) -> dict[str, Any]:
     """Delete the run's topic and spool files; refused while the topic is published.
 
     Only a topic Rewind created for the run is deleted (one that existed before, empty, is

@@ -416,7 +416,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         started = time.monotonic()
         was_clean = self._clean.pop(run_id, False)  # a failure below leaves the log unknown
         known = self._known.pop(run_id, None)
-        writer = CommitWriter(self, staging, run_id)
+        writer = CommitWriter(self.conf, self.key, staging, run_id)
         try:
             # 1. producer (and fencing)
             writer.open()
