@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import QUARANTINE_FILES_KEY, RecordCounts
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from rewind.core.ranges import OffsetRange
-    from rewind.spark.latest_per_key import LatestPerKey
 
 ArchiveReader = Callable[[list["OffsetRange"]], "DataFrame"]
 """Reads offset ranges from the lake archive as a DataFrame in Kafka's schema."""
@@ -48,6 +47,14 @@ _ERROR_LINE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))(?:: (.*))?")
 
 class StageError(RewindError):
     """A Spark task of a wave failed; the message is the task's own error, on one line."""
+
+
+class KeptRecords(Protocol):
+    """What a task asks of the ``latest_per_key`` decision
+    (:class:`~rewind.spark.latest_per_key.LatestPerKey`, which is made from this module's
+    :func:`wave_source`: so the stage names it by this protocol and never imports it back)."""
+
+    def split(self, records: pa.Table, topic: str, partition: int) -> tuple[pa.Table, RecordCounts]: ...
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,7 @@ class StageContext:
     """Where tasks report records read while the wave runs (:mod:`rewind.spark.progress_channel`)."""
     pace: PaceAddress | None = None
     """The driver's job-wide rate budget on a cluster (:mod:`rewind.spark.pace_server`)."""
-    latest: LatestPerKey | None = None
+    latest: KeptRecords | None = None
     """``source.kafka.latest_per_key``: the records to process (:mod:`rewind.spark.latest_per_key`)."""
     store: WarehouseStore = field(default_factory=active_store)
     """The warehouse's filesystem properties, captured in the driver (:mod:`rewind.core.store`)."""
