@@ -159,18 +159,17 @@ def runtime_imports(path: Path, root: Path = SRC) -> set[str]:
     return {m for m in out if m in known} - {module_name(path, root)}
 
 
-def import_cycles(root: Path = SRC) -> list[list[str]]:
-    """Strongly connected groups of more than one module in the runtime import graph."""
-    graph = {module_name(p, root): runtime_imports(p, root) for p in (root / "rewind").rglob("*.py")}
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of more than one module that import each other in a loop (Tarjan's algorithm)."""
     order: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     cycles: list[list[str]] = []
 
-    def connect(v: str) -> None:  # Tarjan's algorithm
+    def connect(v: str) -> None:
         order[v] = low[v] = len(order)
         stack.append(v)
-        for w in graph[v]:
+        for w in sorted(graph[v]):
             if w not in order:
                 connect(w)
                 low[v] = min(low[v], low[w])
@@ -189,6 +188,60 @@ def import_cycles(root: Path = SRC) -> list[list[str]]:
     return cycles
 
 
+def import_cycles(root: Path = SRC) -> list[list[str]]:
+    """Strongly connected groups of more than one module in the runtime import graph."""
+    return strongly_connected(
+        {module_name(p, root): runtime_imports(p, root) for p in (root / "rewind").rglob("*.py")}
+    )
+
+
+def all_imports_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """Each module of rewind and the modules it imports in any way: at module level, inside a
+    function or under ``TYPE_CHECKING``, absolute or relative."""
+    paths = list((root / "rewind").rglob("*.py"))
+    known = {module_name(p, root) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        name = module_name(path, root)
+        graph[name] = set()
+        for imp in imports_of(path, root):
+            target = imp.target
+            while target not in known and "." in target:  # a name of a module: the module
+                target = target.rpartition(".")[0]
+            if target in known and target != name:
+                graph[name].add(target)
+    return graph
+
+
+KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
+    # Known and open (issue #35): job/ and tables/ are being reworked, and these circles are to
+    # be broken there. Remove an entry when its circle is gone; a circle may shrink inside its
+    # entry, never grow out of it.
+    frozenset(
+        {"rewind.job.cost", "rewind.job.finalize", "rewind.job.merge", "rewind.job.plan", "rewind.job.stages"}
+    ),
+    frozenset({"rewind.tables.plan", "rewind.tables.reconstruct_plan"}),
+)
+
+
+def test_no_module_imports_itself_through_others_even_for_type_hints() -> None:
+    """No circle of imports, counting those under ``TYPE_CHECKING``: files that name each other
+    only for type hints still cannot be read, moved or tested one without the other. Move the
+    shared type down (or into a small module of its own), or take a Protocol of the caller."""
+    circles = strongly_connected(all_imports_graph())
+    new = [c for c in circles if not any(set(c) <= known for known in KNOWN_CIRCLES)]
+    assert not new, "modules that import each other in a circle (type-only imports count):\n" + "\n".join(
+        " <-> ".join(c) for c in new
+    )
+
+
+def test_the_known_circles_are_still_there() -> None:
+    """An entry of KNOWN_CIRCLES whose circle is gone is removed, so none can come back unseen."""
+    circles = [set(c) for c in strongly_connected(all_imports_graph())]
+    gone = [sorted(known) for known in KNOWN_CIRCLES if not any(c <= known for c in circles)]
+    assert not gone, f"these circles are broken: remove them from KNOWN_CIRCLES: {gone}"
+
+
 def test_no_module_imports_itself_through_others() -> None:
     """In-function imports are for laziness only, never to hide a cycle."""
     assert import_cycles() == []
@@ -204,6 +257,20 @@ def test_the_cycle_check_finds_a_cycle_behind_an_in_function_import(tmp_path: Pa
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rewind.sinks import a\n"
     )
     assert import_cycles(tmp_path) == [["rewind.sinks.a", "rewind.sinks.b"]]
+
+
+def test_the_circle_check_counts_type_only_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "rewind" / "sinks"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("from rewind.sinks.b import f\n")
+    (pkg / "b.py").write_text(  # a type-only import back: a circle all the same
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from rewind.sinks.a import A\n"
+        "def f(): ...\n"
+    )
+    (pkg / "c.py").write_text("from . import a\n")  # one way only
+    assert import_cycles(tmp_path) == []
+    assert strongly_connected(all_imports_graph(tmp_path)) == [["rewind.sinks.a", "rewind.sinks.b"]]
 
 
 @pytest.mark.parametrize(
