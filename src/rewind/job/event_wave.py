@@ -25,38 +25,15 @@ from rewind.job import kafka_loads, task_loads
 from rewind.job.wave_commit import commit_wave
 
 if TYPE_CHECKING:
-    from rewind.config import Settings
-    from rewind.core.console import RunProgress
-    from rewind.core.units import WorkUnit
-    from rewind.job.live import LiveProgress
-    from rewind.job.plan import JobPlan
-    from rewind.ledger import Ledger
-    from rewind.sinks.base import Staging, StagingSink
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+    from rewind.job.wave import Wave
 
 log = logging.getLogger(__name__)
 
 
-def run_event_wave(
-    settings: Settings,
-    ledger: Ledger,
-    plan: JobPlan,
-    run_id: str,
-    wave: list[WorkUnit],
-    sink: StagingSink[Any],
-    staging: Staging,
-    qsink: IcebergSink,
-    qstaging: IcebergStaging,
-    done_q: set[str],
-    live: LiveProgress,
-    base: RunProgress,
-    timings: list[dict[str, Any]] | None = None,
-    latest: dict[str, Any] | None = None,
-) -> dict[str, int]:
-    """Step 5 of a run for one wave (``base``: the run's committed progress before it): Spark
-    (its progress shown live), conservation per unit, quarantine commit, output commit, ledger.
-    ``latest`` keeps the run's ``latest_per_key`` decision between waves. Returns the record
-    bytes the wave read per source."""
+def run_event_wave(wave: Wave, latest: dict[str, Any] | None = None) -> dict[str, int]:
+    """Step 5 of a run for one wave: Spark (its progress shown live), conservation per unit,
+    quarantine commit, output commit, ledger. ``latest`` keeps the run's ``latest_per_key``
+    decision between waves. Returns the record bytes the wave read per source."""
     from rewind.history.read import read_ranges_from_archive
     from rewind.spark import session
     from rewind.spark.job_stage import StageContext
@@ -64,21 +41,22 @@ def run_event_wave(
     from rewind.spark.ratelimit import RateLimit
     from rewind.spark.waves import run_wave
 
+    settings, ledger, plan, run_id = wave.settings, wave.ledger, wave.plan, wave.run_id
     spec = plan.job_spec()
-    ledger.mark_running(run_id, [u.id for u in wave])
+    ledger.mark_running(run_id, wave.unit_ids)
     spark = session(settings)  # before arming: the kill must land in the job, not in Spark's start
     ctx = StageContext(
         run_id=run_id,
         spec_json=spec.model_dump_json(by_alias=True),
         output_schema_b64=plan.output_schema_b64,
-        data_folder=sink.data_folder(staging),
-        quarantine_folder=qsink.data_folder(qstaging),
+        data_folder=wave.sink.data_folder(wave.staging),
+        quarantine_folder=wave.qsink.data_folder(wave.qstaging),
         kafka_conf=settings.kafka_config(),
-        units=tuple(wave),
+        units=wave.units,
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
-        progress=live.channel(spark),
-        unit_loader=task_loads.loader_for(sink, staging, plan),
+        progress=wave.live.channel(spark),
+        unit_loader=task_loads.loader_for(wave.sink, wave.staging, plan),
     )
     read_archive = None
     if spec.source.history is not None:
@@ -90,29 +68,29 @@ def run_event_wave(
             snapshot_id=(plan.read_plan.get("history") or {}).get("archive_snapshot_id"),
         )
     if spec.source.window.latest_per_key:
-        ctx = dataclasses.replace(ctx, latest=_latest(ledger, plan, run_id, spark, ctx, read_archive, latest))
-    ctx = kafka_loads.with_loader(ctx, sink, staging, ledger, spark)
+        ctx = dataclasses.replace(ctx, latest=_latest(wave, spark, ctx, read_archive, latest))
+    ctx = kafka_loads.with_loader(ctx, wave.sink, wave.staging, ledger, spark)
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:
         t_spark = time.monotonic()
         limit = RateLimit(spec.guards.max_records_per_second) if spec.guards.max_records_per_second else None
-        with live.wave(base, wave), pace_server_for(spark, limit) as pace:
+        with wave.live.wave(wave.base, wave.units), pace_server_for(spark, limit) as pace:
             outputs = run_wave(spark, dataclasses.replace(ctx, pace=pace), read_archive)
         t_commit = time.monotonic()
         faults.point("after-wave-tasks")  # units its tasks loaded are committed, nothing else
     except Exception as exc:  # the wave's units are not done: say why in the ledger
         try:
-            ledger.fail_units(run_id, [u.id for u in wave], error_line(exc))
+            ledger.fail_units(run_id, wave.unit_ids, error_line(exc))
         except Exception:  # best effort: the wave's own error is the one to raise
             log.warning("could not record the failed units of run %s", run_id, exc_info=True)
         raise
-    ids = commit_wave(ledger, run_id, outputs, sink, staging, qsink, qstaging, done_q)
+    ids = commit_wave(wave, outputs)
     wave_bytes: dict[str, int] = {}
     for out in outputs.values():
         for source, n in out.bytes_read.items():
             wave_bytes[source] = wave_bytes.get(source, 0) + n
-    if timings is not None:
-        timings.append(
+    if wave.timings is not None:
+        wave.timings.append(
             {
                 "units": len(ids),
                 "records": sum(outputs[uid].counts.records_read for uid in ids),
@@ -135,15 +113,7 @@ def _stage_seconds(outputs: Any) -> dict[str, float]:
     return total
 
 
-def _latest(
-    ledger: Ledger,
-    plan: JobPlan,
-    run_id: str,
-    spark: Any,
-    ctx: Any,
-    read_archive: Any,
-    cache: dict[str, Any] | None,
-) -> Any:
+def _latest(wave: Wave, spark: Any, ctx: Any, read_archive: Any, cache: dict[str, Any] | None) -> Any:
     """The records ``source.kafka.latest_per_key`` keeps, over every unit of the run (not only
     the pending ones: a superseding record may sit in a unit already done); once per run
     attempt, recorded in the audit."""
@@ -151,7 +121,7 @@ def _latest(
 
     cache = {} if cache is None else cache
     if "latest" not in cache:
-        found = latest_per_key(spark, dataclasses.replace(ctx, units=tuple(plan.units)), read_archive)
-        ledger.audit(run_id, "latest-per-key", found.to_audit())
+        found = latest_per_key(spark, dataclasses.replace(ctx, units=tuple(wave.plan.units)), read_archive)
+        wave.ledger.audit(wave.run_id, "latest-per-key", found.to_audit())
         cache["latest"] = found
     return cache["latest"]

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from rewind.core.console import Console, RunProgress
@@ -99,7 +99,7 @@ class LiveProgress:
         return self._listener.address if self._listener is not None else None
 
     @contextlib.contextmanager
-    def wave(self, base: RunProgress, units: list[WorkUnit]) -> Iterator[None]:
+    def wave(self, base: RunProgress, units: Sequence[WorkUnit]) -> Iterator[None]:
         """While the block runs (the wave's Spark job), the console hears every ``tick_s``:
         ``base`` (the committed progress) plus the records the wave's tasks have read."""
         sizes = {u.id: u.end - u.start for u in units}

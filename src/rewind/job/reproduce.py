@@ -38,12 +38,8 @@ from rewind.errors import RewindError, error_line
 
 if TYPE_CHECKING:
     from rewind.config import Settings
-    from rewind.core.console import RunProgress
-    from rewind.core.units import WorkUnit
-    from rewind.job.live import LiveProgress
-    from rewind.job.plan import JobPlan
+    from rewind.job.wave import Wave
     from rewind.ledger import Ledger
-    from rewind.sinks.base import Staging, StagingSink
     from rewind.sinks.iceberg import IcebergSink, IcebergStaging
     from rewind.sinks.kafka.bookkeeping import KafkaStaging
 
@@ -108,25 +104,10 @@ def _exists(uri: str) -> bool:
     return bool(fs.get_file_info(inner).type != pafs.FileType.NotFound)
 
 
-def run_table_wave(
-    settings: Settings,
-    ledger: Ledger,
-    plan: JobPlan,
-    run_id: str,
-    wave: list[WorkUnit],
-    sink: StagingSink[Any],
-    staging: Staging,
-    qsink: IcebergSink,
-    qstaging: IcebergStaging,
-    done_q: set[str],
-    live: LiveProgress,
-    base: RunProgress,
-    timings: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """Steps 2-4 for one wave (``base``: the run's committed progress before it); returns the
-    per-unit counts as committed. ``timings`` (``rewind rehearse``) hears the wave's seconds in
-    Spark (read, translate and each unit's produce and commit, in the tasks) and of the
-    driver's commits (quarantine, ledger).
+def run_table_wave(wave: Wave) -> dict[str, Any]:
+    """Steps 2-4 for one wave; returns the per-unit counts as committed. The wave's ``timings``
+    (``rewind rehearse``) hear its seconds in Spark (read, translate and each unit's produce and
+    commit, in the tasks) and of the driver's commits (quarantine, ledger).
 
     A reconstruction into a table sink (Iceberg, SQL) runs the same wave with the table's unit
     writer (:mod:`rewind.tables.unit_files`); step 4 then also commits the files of the units
@@ -145,6 +126,8 @@ def run_table_wave(
     from rewind.tables.stage import TableStageContext
     from rewind.tables.stage import run_table_wave as run_stage
 
+    settings, ledger, plan, run_id = wave.settings, wave.ledger, wave.plan, wave.run_id
+    staging = wave.staging
     spec = plan.job_spec()
     table = spec.source.table
     assert table is not None
@@ -159,31 +142,31 @@ def run_table_wave(
     chosen = choose(table, facts.get("key_type"), pinned=facts.get("ids_digest"))
     ranges = [KeyRange.from_dict(r) for r in facts["ranges"]]
     attempted = frozenset(u.unit_id for u in ledger.pending_units(run_id) if u.attempts > 0)
-    ledger.mark_running(run_id, [u.id for u in wave])
+    ledger.mark_running(run_id, wave.unit_ids)
     spark = session(settings)
     ctx = TableStageContext(
         run_id=run_id,
         spec_json=spec.model_dump_json(by_alias=True),
         output_schema_b64=plan.output_schema_b64,
-        quarantine_folder=qsink.data_folder(qstaging),
+        quarantine_folder=wave.qsink.data_folder(wave.qstaging),
         reader=reader,
         selection=chosen.selection,
-        units=tuple(wave),
-        ranges=tuple((ranges[u.partition].lo, ranges[u.partition].hi) for u in wave),
+        units=wave.units,
+        ranges=tuple((ranges[u.partition].lo, ranges[u.partition].hi) for u in wave.units),
         partitions=int(facts["partitions"]),
         partitioner=facts.get("partitioner") or "murmur2",
         skip_partitions=tuple(table.skip_partitions),
         max_records_per_second=spec.guards.max_records_per_second,
         rate_limit_id=run_id,
-        progress=live.channel(spark),
+        progress=wave.live.channel(spark),
         attempted=attempted,
     )
-    writer = _unit_writer(settings, plan, run_id, sink, staging)
+    writer = _unit_writer(wave)
     faults.after(float(os.environ.get("REWIND_FAULT_DELAY", "2")), "mid-wave")
     try:  # 3.
         t_spark = time.monotonic()
         limit = RateLimit(ctx.max_records_per_second) if ctx.max_records_per_second else None
-        with live.wave(base, wave), pace_server_for(spark, limit) as pace:
+        with wave.live.wave(wave.base, wave.units), pace_server_for(spark, limit) as pace:
             paced = dataclasses.replace(ctx, pace=pace)
             if table.reconstruct is not None:  # states in, events out: the same wave, another unit body
                 from rewind.tables.reconstruct_stage import ReconstructPlanFacts, run_reconstruct_wave
@@ -195,7 +178,7 @@ def run_table_wave(
         t_commit = time.monotonic()
     except Exception as exc:
         try:
-            ledger.fail_units(run_id, [u.id for u in wave], error_line(exc))
+            ledger.fail_units(run_id, wave.unit_ids, error_line(exc))
         except Exception:
             log.warning("could not record the failed units of run %s", run_id, exc_info=True)
         raise
@@ -209,9 +192,9 @@ def run_table_wave(
         )
         for u, out in outputs.items()
     }
-    ids = commit_wave(ledger, run_id, units, sink, staging, qsink, qstaging, done_q)  # 4.
-    if timings is not None:
-        timings.append(
+    ids = commit_wave(wave, units)  # 4.
+    if wave.timings is not None:
+        wave.timings.append(
             {
                 "units": len(ids),
                 "records": sum(outputs[u].counts.records_read for u in ids),
@@ -222,13 +205,12 @@ def run_table_wave(
     return {u: outputs[u].counts.to_dict() for u in ids}
 
 
-def _unit_writer(
-    settings: Settings, plan: JobPlan, run_id: str, sink: StagingSink[Any], staging: Staging
-) -> Any:
+def _unit_writer(wave: Wave) -> Any:
     """The tasks' unit writer: a Kafka transaction per unit, or a table sink's file per unit
     (loaded by its task into PostgreSQL, committed by the driver into Iceberg or SQLite)."""
     from rewind.sinks.kafka.bookkeeping import KafkaStaging
 
+    plan, staging = wave.plan, wave.staging
     spec = plan.job_spec()
     table, kafka = spec.source.table, spec.sink.kafka
     assert table is not None
@@ -237,7 +219,7 @@ def _unit_writer(
 
         assert kafka is not None
         return UnitWriter(
-            conf=settings.kafka_config(),
+            conf=wave.settings.kafka_config(),
             staging=staging.to_dict(),
             key=tuple(spec.key),
             partitioner=kafka.partitioner,
@@ -248,9 +230,9 @@ def _unit_writer(
     from rewind.tables.unit_files import FileUnitWriter
 
     return FileUnitWriter(
-        run_id=run_id,
-        data_folder=sink.data_folder(staging),
+        run_id=wave.run_id,
+        data_folder=wave.sink.data_folder(staging),
         schema_b64=plan.output_schema_b64,
         store=active_store(),
-        loader=task_loads.loader_for(sink, staging, plan),
+        loader=task_loads.loader_for(wave.sink, staging, plan),
     )

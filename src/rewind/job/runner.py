@@ -61,6 +61,7 @@ from rewind.job.stages import (
     default_wave_size,
     plan_stages,
 )
+from rewind.job.wave import Wave
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -213,8 +214,8 @@ def execute(
                 elif isinstance(stage, RunWave):
                     assert run.keeper is not None
                     run.keeper.check()  # fenced: a lost lease stops the run before it writes again
-                    wave = [units[uid] for uid in stage.unit_ids if uid in run.pending]
-                    if not wave:  # the reconcile found all of it in the sink already
+                    todo = tuple(units[uid] for uid in stage.unit_ids if uid in run.pending)
+                    if not todo:  # the reconcile found all of it in the sink already
                         continue
                     try:  # every unit still to run, so that one failure names all that is lost
                         check_still_in_kafka(settings.kafka_config(), [units[u] for u in sorted(run.pending)])
@@ -223,23 +224,21 @@ def execute(
                         raise
                     unit_sink, unit_staging = run.unit_target(sink)
                     qsink, qstaging = run.quarantine()
-                    base = _progress(ledger, plan, run_id, live.started)  # before the wave
+                    wave = Wave(
+                        settings=settings, ledger=ledger, plan=plan, run_id=run_id, units=todo,
+                        sink=unit_sink, staging=unit_staging, qsink=qsink, qstaging=qstaging,
+                        done_q=run.done_q, live=live, timings=timings,
+                        base=_progress(ledger, plan, run_id, live.started),  # before the wave
+                    )
                     if spec.source.table is not None:
-                        reproduce.run_table_wave(
-                            settings, ledger, plan, run_id, wave, unit_sink, unit_staging, qsink, qstaging,
-                            run.done_q, live, base, timings,
-                        )
+                        reproduce.run_table_wave(wave)
                     else:
-                        wave_bytes = run_event_wave(
-                            settings, ledger, plan, run_id, wave, unit_sink, unit_staging, qsink, qstaging,
-                            run.done_q, live, base, timings, run.latest,
-                        )
-                        for source, n in wave_bytes.items():
+                        for source, n in run_event_wave(wave, run.latest).items():
                             run.bytes_read[source] = run.bytes_read.get(source, 0) + n
                     run.waves += 1
-                    run.pending -= {u.id for u in wave}
+                    run.pending -= set(wave.unit_ids)
                     if after_commit is not None:
-                        after_commit([u.id for u in wave])
+                        after_commit(wave.unit_ids)
                     live.committed(_progress(ledger, plan, run_id, started))
                     quarantine_guard.enforce(ledger, spec.guards, run_id, run.before)  # stops a bad run
                     lineage.wave(ledger.unit_counts(run_id).counts.to_dict(), run.bytes_read)
