@@ -61,6 +61,7 @@ def _main(
 
 
 def _settings() -> Settings:
+    # lazy: keeps pydantic, yaml out of --help
     from rewind.config import load_settings
 
     settings = load_settings(ctx.config)
@@ -89,6 +90,7 @@ def command(fn: F) -> F:
             spark = _from_spark(exc)
             if ctx.debug or not (isinstance(exc, RewindError) or spark):
                 raise
+            # lazy: keeps pydantic, yaml out of --help
             from rewind.config import load_settings
 
             secrets: list[str] = []

@@ -37,6 +37,7 @@ def compensate(
     json_out: JsonOpt = False,
 ) -> None:
     """Write, exactly once, a retraction and a correction (or one correction) per differing key."""
+    # lazy: keeps rewind.job.compensate out of --help
     from rewind.job.compensate import compensate_run
 
     data = compensate_run(_settings(), run_id, topic, shape, dry_run, partitions=partitions)  # type: ignore[arg-type]

@@ -107,6 +107,7 @@ def reset(
     json_out: JsonOpt = False,
 ) -> None:
     """Reset a group's committed offsets; a dry run unless --execute, and recorded for undo."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.groups import ResetInputError, execute_reset, plan_reset, to_csv
 
     if export == "-" and (json_out or execute):
@@ -147,6 +148,7 @@ def undo(
     json_out: JsonOpt = False,
 ) -> None:
     """Put back the offsets a reset found (the group must be inactive); once per reset."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.groups import undo_reset
 
     data = undo_reset(_settings(), reset_id).to_dict()
@@ -171,6 +173,7 @@ def describe(
     json_out: JsonOpt = False,
 ) -> None:
     """A group's state and members, and per partition its committed offset, log end and lag."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.groups import describe as describe_group
 
     data = describe_group(_settings(), group).to_dict()
@@ -210,6 +213,7 @@ def resets(
     json_out: JsonOpt = False,
 ) -> None:
     """The resets recorded in the ledger, newest first."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.groups import list_resets
 
     data = {"resets": [r.to_dict() for r in list_resets(_settings(), group, limit)]}

@@ -35,6 +35,7 @@ def archive(
     ] = None,
 ) -> None:
     """Copy topics into an Iceberg archive, exactly once (the high-water is in the same commit)."""
+    # lazy: keeps rewind.history.service, rewind.progress out of --help
     from rewind.history.service import run_archive
     from rewind.progress import CliConsole
 
@@ -91,6 +92,7 @@ def query(
     limit: Annotated[int, typer.Option(help="Rows to print at most.")] = 100,
 ) -> None:
     """Run Spark SQL over a window of history (archive below the seam, Kafka above it)."""
+    # lazy: keeps rewind.history.service out of --help
     from rewind.history.service import run_query
 
     if prefer not in ("kafka", "archive"):

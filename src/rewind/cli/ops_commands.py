@@ -26,6 +26,7 @@ def rehearse(
     json_out: JsonOpt = False,
 ) -> None:
     """Run the job on a slice into a throw-away target: verify, promote, roll back, clean up, measure."""
+    # lazy: keeps pydantic, yaml out of --help
     from rewind.ops.rehearse import rehearse as run_rehearsal
     from rewind.progress import CliConsole
     from rewind.spec import load_spec
@@ -47,6 +48,7 @@ def rehearse(
 
 
 def _render_rehearsal(console: Console, d: dict[str, Any]) -> None:
+    # lazy: keeps rewind.core.cost out of --help
     from rewind.core.cost import describe
 
     s = d["slice"]
@@ -89,6 +91,7 @@ def readiness(
     json_out: JsonOpt = False,
 ) -> None:
     """Score the replay's risks: green on evidence, yellow configured, red unknown or failing."""
+    # lazy: keeps pydantic, yaml out of --help
     from rewind.ops.readiness import readiness as score
     from rewind.spec import load_spec
 
@@ -124,6 +127,7 @@ def report(
     json_out: JsonOpt = False,
 ) -> None:
     """One self-contained HTML page of a run: plan, readiness, progress and lag, quarantine, verify, audit."""
+    # lazy: keeps rewind.ops.run_report out of --help
     from rewind.ops.run_report import write
 
     data, path = write(_settings(), run_id, out)

@@ -33,6 +33,7 @@ def list_(
     json_out: JsonOpt = False,
 ) -> None:
     """Quarantined records of RUN (the latest entry of each), by reason, then one per line."""
+    # lazy: keeps rewind.job.redrive out of --help
     from rewind.job.redrive import list_quarantine
 
     data = list_quarantine(_settings(), run_id, reason)
@@ -65,6 +66,7 @@ def redrive(
     json_out: JsonOpt = False,
 ) -> None:
     """Process RUN's quarantined records again into its staging, exactly once."""
+    # lazy: keeps rewind.job.redrive out of --help
     from rewind.job.redrive import redrive as do_redrive
 
     data = do_redrive(_settings(), run_id, reason, translate_version)

@@ -71,6 +71,7 @@ def plan(
     json_out: JsonOpt = False,
 ) -> None:
     """Plan a reconsume: partitions, start offsets, records to re-read, ETA. Changes nothing in Kafka."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.reconsume.service import plan_reconsume
 
     result = plan_reconsume(
@@ -96,6 +97,7 @@ def start(
     json_out: JsonOpt = False,
 ) -> None:
     """Commit the temporary group's start offsets and create the handover rows."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.reconsume.service import start_reconsume
 
     def render(console: Console, d: dict[str, Any]) -> None:
@@ -115,6 +117,7 @@ def status(
     json_out: JsonOpt = False,
 ) -> None:
     """Per partition: how far each side is and which side owns it."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.reconsume.service import status as read_status
 
     def render(console: Console, d: dict[str, Any]) -> None:
@@ -142,6 +145,7 @@ def finish(
     json_out: JsonOpt = False,
 ) -> None:
     """Check every partition was handed over, delete the temporary group, record the end."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.reconsume.service import finish_reconsume
 
     def render(console: Console, d: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 @command
 def plan(spec: Annotated[Path, typer.Argument(help="Job spec (YAML).")], json_out: JsonOpt = False) -> None:
     """Resolve the window, sample, check the gates; store the plan. Moves nothing."""
+    # lazy: keeps sqlalchemy, pydantic, yaml out of --help
     from rewind.job.service import plan_job, run_stages
     from rewind.spec import load_spec
 
@@ -139,6 +141,7 @@ def _render_plan(console: Console, d: dict[str, Any]) -> None:
     cost = est.pop("cost", None)
     console.print(", ".join(f"{k}={v}" for k, v in est.items()))
     if cost:
+        # lazy: keeps rewind.core.cost out of --help
         from rewind.core.cost import describe
 
         for line in describe(cost):
@@ -180,6 +183,7 @@ def run(
     """Plan if given a spec, then execute on Spark into staging.
 
     A spec is scored first (`rewind readiness`): a red area refuses the run unless --accept-risk."""
+    # lazy: keeps sqlalchemy, pydantic, yaml out of --help
     from rewind.job.service import run_job
     from rewind.ops.readiness import gate_run
     from rewind.spec import load_spec
@@ -206,8 +210,7 @@ def run(
 def _push(settings: Settings, run_id: str, url: str, timings: list[dict[str, Any]]) -> None:
     """Push the run's metrics; a failed push fails a run that succeeded (one line), and is only
     logged under a run's own error (which stays the one reported)."""
-    import logging
-
+    # lazy: keeps rewind.ops.metrics out of --help
     from rewind.ops.metrics import MetricsPushError, push_run
 
     try:
@@ -219,6 +222,7 @@ def _push(settings: Settings, run_id: str, url: str, timings: list[dict[str, Any
 
 
 def _run_failed(settings: Settings, run_id: str) -> bool:
+    # lazy: keeps sqlalchemy out of --help
     from rewind.job.service import open_ledger
 
     with open_ledger(settings) as ledger:
@@ -229,6 +233,7 @@ def _collector_for(settings: Settings, timings: list[dict[str, Any]]) -> Any:
     """The run's Prometheus families on ``/metrics`` (:class:`rewind.ops.metrics.RunCollector`)."""
 
     def make(run_id: str) -> Any:
+        # lazy: keeps rewind.ops.metrics out of --help
         from rewind.ops.metrics import RunCollector
 
         return RunCollector(settings, run_id, timings)
@@ -257,6 +262,7 @@ def resume(
     ] = None,
 ) -> None:
     """Finish an interrupted or failed run; only unfinished units are redone."""
+    # lazy: keeps sqlalchemy, pydantic, yaml out of --help
     from rewind.job.service import resume_job
     from rewind.spec import load_spec
 
@@ -279,6 +285,7 @@ def _run_console(
 ) -> CliConsole:
     """The console of a run: progress on stderr unless ``--json``; metrics when a port is given
     (the options win over the settings' ``metrics`` section)."""
+    # lazy: keeps rewind.progress out of --help
     from rewind.progress import CliConsole
 
     return CliConsole(
@@ -300,6 +307,7 @@ def _render_outcome(console: Console, d: dict[str, Any]) -> None:
     if d.get("folded"):
         console.print(f"  {_folded(d['folded'])}")
     if d.get("merged"):
+        # lazy: keeps rewind.job.merge out of --help
         from rewind.job.merge import describe_merge
 
         console.print(f"  {describe_merge(d['merged'])}")
@@ -315,6 +323,7 @@ def _render_outcome(console: Console, d: dict[str, Any]) -> None:
 @command
 def runs(json_out: JsonOpt = False, limit: Annotated[int, typer.Option(help="How many.")] = 20) -> None:
     """The latest runs."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.job.service import list_runs
 
     data = list_runs(_settings(), limit)
@@ -337,6 +346,7 @@ def runs(json_out: JsonOpt = False, limit: Annotated[int, typer.Option(help="How
 @command
 def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: JsonOpt = False) -> None:
     """State, timings, counts per unit, quarantine by reason, and where the output is."""
+    # lazy: keeps sqlalchemy out of --help
     from rewind.job.service import show_run
 
     data = show_run(_settings(), run_id)
@@ -362,6 +372,7 @@ def show(run_id: Annotated[str, typer.Argument(help="The run.")], json_out: Json
         for reason, count in (d["quarantine_reasons"] or {}).items():
             console.print(f"  quarantined {count}: {reason}")
         if d.get("merge"):
+            # lazy: keeps rewind.job.merge out of --help
             from rewind.job.merge import describe_merge
 
             console.print(f"  {describe_merge(d['merge'])}")
@@ -426,6 +437,7 @@ def _history_detail(entry: dict[str, Any]) -> str:
     if "rows_in" in d:
         return f": {_folded(d)}"
     if entry["action"] == "merged":
+        # lazy: keeps rewind.job.merge out of --help
         from rewind.job.merge import describe_merge
 
         return f": {describe_merge(d)}"
@@ -445,6 +457,7 @@ def promote(
     ] = False,
 ) -> None:
     """Swap the verified staging in atomically; refused unless the gates pass."""
+    # lazy: keeps rewind.job.publish out of --help
     from rewind.job.publish import promote_run
 
     data = promote_run(_settings(), run_id, force=force, reason=reason, rebase=rebase)
@@ -457,6 +470,7 @@ def rollback(
     run_id: Annotated[str, typer.Argument(help="The promoted run to undo.")], json_out: JsonOpt = False
 ) -> None:
     """Restore what the target held before the run's promotion."""
+    # lazy: keeps rewind.job.publish out of --help
     from rewind.job.publish import rollback_run
 
     data = rollback_run(_settings(), run_id)
@@ -469,6 +483,7 @@ def cleanup(
     run_id: Annotated[str, typer.Argument(help="The run to clean up.")], json_out: JsonOpt = False
 ) -> None:
     """Drop what a run left behind: staging, a previous table kept for rollback, a backfill topic."""
+    # lazy: keeps rewind.job.publish out of --help
     from rewind.job.publish import cleanup_run
 
     data = cleanup_run(_settings(), run_id)

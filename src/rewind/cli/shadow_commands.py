@@ -40,6 +40,7 @@ def start(
     json_out: JsonOpt = False,
 ) -> None:
     """Run the history into v2 (or resume it), then follow the live topic; restartable after any kill."""
+    # lazy: keeps sqlalchemy, pydantic, yaml out of --help
     from rewind.shadow.start import TailProgress, start_shadow
     from rewind.spec import load_spec
 
@@ -70,6 +71,7 @@ def status(
     json_out: JsonOpt = False,
 ) -> None:
     """Per-partition lag against the log end and the live group, caught-up or not, the lag history."""
+    # lazy: keeps rewind.shadow.status out of --help
     from rewind.shadow.status import shadow_status
 
     def render(console: Console, d: dict[str, Any]) -> None:
@@ -109,6 +111,7 @@ def verify(
     json_out: JsonOpt = False,
 ) -> None:
     """Compare v2 with v1 on keys settled for settle_s; record each result; say go or no-go."""
+    # lazy: keeps rewind.shadow.verify out of --help
     from rewind.shadow.verify import verify_shadow
 
     def render(console: Console, d: dict[str, Any]) -> None:
@@ -146,6 +149,7 @@ def _render_proof(console: Console, d: dict[str, Any]) -> None:
 @command
 def cut(name: NameArg, json_out: JsonOpt = False) -> None:
     """Take the cut line from the (inactive) live group minus the overlap, prove it, record it."""
+    # lazy: keeps rewind.shadow.cutline out of --help
     from rewind.shadow.cutline import cut_shadow
 
     output(json_out).result(cut_shadow(_settings(), name), _render_proof)
@@ -163,6 +167,7 @@ def cutover(
 ) -> None:
     """Cut over to v2 (gates: caught up, verified, live group inactive): --hard swaps it in atomically;
     --dual-write publishes the cut line for rewind.dualwrite, and `shadow repoint` swaps later."""
+    # lazy: keeps rewind.shadow.cutover, rewind.shadow.exceptions, rewind.shadow.lifecycle out of --help
     from rewind.shadow.cutover import cutover_hard
     from rewind.shadow.exceptions import ShadowError
     from rewind.shadow.lifecycle import cutover_dual_write
@@ -196,6 +201,7 @@ def cutover(
 @command
 def repoint(name: NameArg, json_out: JsonOpt = False) -> None:
     """Dual-write: swap v2 in for v1 (reads move to v2); the dual writers follow."""
+    # lazy: keeps rewind.shadow.lifecycle out of --help
     from rewind.shadow.lifecycle import repoint as run_repoint
 
     def render(console: Console, d: dict[str, Any]) -> None:
@@ -210,6 +216,7 @@ def repoint(name: NameArg, json_out: JsonOpt = False) -> None:
 @command
 def decommission(name: NameArg, json_out: JsonOpt = False) -> None:
     """Drop v1 (kept for a rollback) once shadow.monitoring_s has passed since the swap."""
+    # lazy: keeps rewind.shadow.lifecycle out of --help
     from rewind.shadow.lifecycle import decommission as run_decommission
 
     def render(console: Console, d: dict[str, Any]) -> None:
@@ -222,6 +229,7 @@ def decommission(name: NameArg, json_out: JsonOpt = False) -> None:
 @command
 def abort(name: NameArg, json_out: JsonOpt = False) -> None:
     """Drop v2 and the tail's checkpoint of a shadow that was not swapped in."""
+    # lazy: keeps rewind.shadow.lifecycle out of --help
     from rewind.shadow.lifecycle import abort as run_abort
 
     def render(console: Console, d: dict[str, Any]) -> None:

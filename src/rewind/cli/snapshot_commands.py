@@ -27,6 +27,7 @@ def create(
     json_out: JsonOpt = False,
 ) -> None:
     """Tag RUN's target as rewind-snapshot-RUN and record the run's end offsets with the tag."""
+    # lazy: keeps rewind.job.snapshot_create out of --help
     from rewind.job.snapshot_create import snapshot_run
 
     data = snapshot_run(_settings(), run_id)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rewind.cli.app import JsonOpt, _parts_table, _settings, app, command, dev_app
+from rewind.errors import ConfigError, RewindError
 from rewind.output import output
 
 
@@ -17,6 +18,7 @@ from rewind.output import output
 @command
 def dev_up(json_out: JsonOpt = False) -> None:
     """Start the embedded broker, catalog and ledger (idempotent)."""
+    # lazy: keeps pydantic, yaml out of --help
     from rewind.embedded.stack import Stack, as_dicts
 
     parts = as_dicts(Stack(_settings()).up())
@@ -27,6 +29,7 @@ def dev_up(json_out: JsonOpt = False) -> None:
 @command
 def dev_down(json_out: JsonOpt = False) -> None:
     """Stop what `rewind dev up` started (idempotent); catalog and ledger files stay."""
+    # lazy: keeps pydantic, yaml out of --help
     from rewind.embedded.stack import Stack, as_dicts
 
     parts = as_dicts(Stack(_settings()).down())
@@ -37,6 +40,7 @@ def dev_down(json_out: JsonOpt = False) -> None:
 @command
 def dev_status(json_out: JsonOpt = False) -> None:
     """Report each part of the embedded stack and its address."""
+    # lazy: keeps pydantic, yaml out of --help
     from rewind.embedded.stack import Stack, as_dicts
 
     parts = as_dicts(Stack(_settings()).status())
@@ -51,12 +55,13 @@ def doctor(
     join_timeout: Annotated[float, typer.Option(help="Seconds to wait for a group join.")] = 45.0,
 ) -> None:
     """Check Java, Spark and the broker, and probe what the broker really supports."""
+    # lazy: keeps pydantic, yaml out of --help
     from rewind.doctor import run_doctor
 
     settings = _settings()
     report = run_doctor(settings, with_spark=spark, join_timeout_s=join_timeout)
     if any(c["name"] == "broker" and c["status"] == "ok" for c in report["checks"]):
-        from rewind.errors import RewindError
+        # lazy: keeps rewind.ops.readiness out of --help
         from rewind.ops.readiness import record_doctor
 
         try:  # evidence for `rewind readiness`; a ledger out of reach must not hide the report
@@ -102,14 +107,14 @@ def demo(
 ) -> None:
     """Play a production repair (or, --story shadow, a live migration) end to end on the
     embedded stack (starts it if needed)."""
+    # lazy: keeps pandas out of --help
     from rewind.demo.story import run_demo
 
     if story not in ("repair", "shadow"):
-        from rewind.errors import ConfigError
-
         raise ConfigError(f"--story {story} is not a story of the demo; use repair or shadow")
     console = Console(stderr=json_out, highlight=False, soft_wrap=True)
     if story == "shadow":
+        # lazy: keeps pandas out of --help
         from rewind.demo.shadow_story import run_shadow_story
 
         played = run_shadow_story(_settings(), events=min(events, 200_000), seed=seed, say=console.print)

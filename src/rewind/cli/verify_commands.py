@@ -42,6 +42,7 @@ def verify(
     The verify section is the plan's, or the one of --spec / --verify-file: a tolerance can
     change without running the backfill again. The ledger records which section each verdict
     used; promotion looks at the latest verdict."""
+    # lazy: keeps pydantic, yaml out of --help
     from rewind.spec import load_spec, load_verify
     from rewind.verify.exceptions import VerifyError
     from rewind.verify.service import verify_run
