@@ -204,7 +204,7 @@ def tail(args: Any, bootstrap: str, size: int) -> dict[str, Any]:
     from rewind.config import load_settings
     from rewind.core.parquet import write_parquet
     from rewind.history import archive_once
-    from rewind.job.plan import build_plan
+    from rewind.job.planner import build_plan
     from rewind.ledger import Ledger
     from rewind.ledger.shadows import ShadowStore
     from rewind.shadow.start import TailProgress, start_shadow

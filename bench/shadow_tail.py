@@ -120,7 +120,7 @@ def measure(args: Any, bootstrap: str, sink_kind: str) -> dict[str, Any]:
     from rewind.catalog import load_catalog
     from rewind.config import load_settings
     from rewind.history import archive_once
-    from rewind.job.plan import build_plan
+    from rewind.job.planner import build_plan
     from rewind.shadow.start import TailProgress, start_shadow
     from rewind.spark import session
     from rewind.spec import parse_spec

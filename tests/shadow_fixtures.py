@@ -145,7 +145,7 @@ def committed_units(db: Path, run_id: str) -> list[str]:
 
 def create_v1(settings: Any, spec: Any, db: Path, table: str) -> None:
     """v1 as the live service's read model: the job's output columns (lineage included), unique on the key."""
-    from rewind.job.plan import build_plan
+    from rewind.job.planner import build_plan
     from rewind.sinks.sql.types import sqlite_type
 
     schema = build_plan(settings, spec).output_schema()

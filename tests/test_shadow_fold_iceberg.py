@@ -122,7 +122,7 @@ def names(settings: Any) -> list[str]:
 def test_a_folded_iceberg_shadow_killed_twice_cuts_over_with_no_event_twice(
     noida_broker: TestBroker, spark: Any, tmp_path: Path
 ) -> None:
-    from rewind.job.plan import build_plan
+    from rewind.job.planner import build_plan
     from rewind.job.publish import promote_run, rollback_run
     from rewind.shadow.cutline import cut_shadow
     from rewind.shadow.cutover import cutover_hard

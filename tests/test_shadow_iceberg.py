@@ -152,7 +152,7 @@ def names(settings: Any) -> list[str]:
 def test_iceberg_shadow_rebuilds_verifies_and_swaps_in_v2(
     noida_broker: TestBroker, spark: Any, tmp_path: Path
 ) -> None:
-    from rewind.job.plan import build_plan
+    from rewind.job.planner import build_plan
     from rewind.job.publish import promote_run, rollback_run
     from rewind.shadow.cutline import cut_shadow
     from rewind.shadow.cutover import cutover_hard

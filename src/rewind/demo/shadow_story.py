@@ -121,7 +121,7 @@ def _wait(step: str, what: str, check: Callable[[], Any], timeout: float) -> Any
 
 def _create_v1(settings: Settings, spec: Any, db: Path) -> None:
     """v1 as the live service keeps it: the job's columns but ``discount``, unique on the key."""
-    from rewind.job.plan import build_plan
+    from rewind.job.planner import build_plan
     from rewind.sinks.sql.types import sqlite_type
 
     db.unlink(missing_ok=True)

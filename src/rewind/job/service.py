@@ -14,7 +14,8 @@ from rewind.core.console import QUIET, Console
 from rewind.errors import RewindError
 from rewind.job import quarantine_guard
 from rewind.job.merge import recorded_merge
-from rewind.job.plan import JobPlan, PlanRefused, build_plan
+from rewind.job.plan import JobPlan, PlanRefused
+from rewind.job.planner import build_plan
 from rewind.job.run_status import shown_state
 from rewind.job.runner import RunOutcome, execute, start_run
 from rewind.job.stages import Stage, default_wave_size, plan_stages

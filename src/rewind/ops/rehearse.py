@@ -66,7 +66,7 @@ def rehearse(
 ) -> dict[str, Any]:
     """Rehearse ``spec`` on a slice; returns (and stores) the rehearsal's record as a dict."""
     from rewind.job.cost import cores_of, cost_estimate
-    from rewind.job.plan import build_plan
+    from rewind.job.planner import build_plan
     from rewind.job.runner import execute, start_run
     from rewind.job.service import open_ledger
     from rewind.ledger.evidence import EvidenceStore, new_rehearsal_id

@@ -74,7 +74,7 @@ def _translate_schema(settings: Settings, spec: JobSpec) -> pa.Schema | None:
             return infer_output_schema(translator, make_decoder(spec.decode).empty_events()).arrow_schema()
         except RewindError:
             pass
-    from rewind.job.plan import build_plan  # samples the source: only when nothing cheaper knows
+    from rewind.job.planner import build_plan  # samples the source: only when nothing cheaper knows
 
     plan = build_plan(settings, spec)
     return plan.output_schema() if plan.output_schema_b64 else None
