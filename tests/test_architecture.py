@@ -213,12 +213,9 @@ def all_imports_graph(root: Path = SRC) -> dict[str, set[str]]:
     return graph
 
 
-KNOWN_CIRCLES: tuple[frozenset[str], ...] = (
-    # Known and open (issue #35): tables/ is being reworked, and this circle is to be broken
-    # there. Remove an entry when its circle is gone; a circle may shrink inside its
-    # entry, never grow out of it.
-    frozenset({"rewind.tables.plan", "rewind.tables.reconstruct_plan"}),
-)
+KNOWN_CIRCLES: tuple[frozenset[str], ...] = ()
+"""Circles known and still open, each as the set of its modules: none. Remove an entry when its
+circle is gone; a circle may shrink inside its entry, never grow out of it."""
 
 
 def test_no_module_imports_itself_through_others_even_for_type_hints() -> None:

@@ -11,7 +11,8 @@ selection; this package plans and reads it:
   key column's type;
 * ``placement``: which partition each selected entity lands on, ``skip_partitions`` and the
   stuck-partition warning;
-* ``plan``: a table source's part of ``rewind plan`` (gates, work units by key range, sample);
+* ``plan``: a table source's part of ``rewind plan`` (gates, work units by key range, sample),
+  handed to the job plan as a ``table_plan.TablePlan``;
 * ``records``: rows as Kafka-shaped records for the translate (key = entity id, value = JSON);
 * ``stage``: the Spark stage of a wave (tasks read their key ranges and produce them).
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -41,36 +40,13 @@ from rewind.tables.placement import (
 from rewind.tables.readers import Key, TableReader
 from rewind.tables.records import as_records
 from rewind.tables.selection import choose
+from rewind.tables.table_plan import TablePlan
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from rewind.config import Settings
     from rewind.spec import JobSpec
 
 SAMPLE_ROWS = 2_000
-GateTuple = tuple[str, bool, str]
-
-
-@dataclass
-class TablePlan:
-    """What the job plan takes from a table source (gates as ``(name, ok, detail)``)."""
-
-    units: tuple[WorkUnit, ...] = ()
-    gates: list[GateTuple] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    read_plan: dict[str, Any] = field(default_factory=dict)
-    sample: pa.Table | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
-    output: tuple[pa.Schema | None, list[GateTuple]] | None = None
-    """A reconstruction's output schema and gates (:mod:`rewind.tables.reconstruct_plan`), which
-    the job plan takes instead of a translate's."""
-
-    @property
-    def pinned(self) -> str:
-        """What a plan id must change with besides the units: the ids file's digest."""
-        digest = (self.read_plan.get("table") or {}).get("ids_digest")
-        return f"ids_file@{digest}" if digest else ""
 
 
 def catalog_of(settings: Settings) -> tuple[str, dict[str, str]]:

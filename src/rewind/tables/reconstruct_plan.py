@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from rewind.spec import JobSpec
-    from rewind.tables.plan import TablePlan
+    from rewind.tables.table_plan import TablePlan
 
 SAMPLE_STATES = 5_000
 
