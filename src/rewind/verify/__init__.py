@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 __all__ = ["ReferenceUnreachable", "VerifyError", "verify_frames", "verify_run"]
 
 
-def __getattr__(name: str) -> Any:  # the service imports the job machinery: load it on use
+def __getattr__(name: str) -> Any:
     if name in ("verify_run", "verify_frames"):
+        # lazy: the service imports the job machinery; `rewind.verify` alone stays light
         from rewind.verify import service
 
         return getattr(service, name)

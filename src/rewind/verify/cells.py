@@ -7,6 +7,7 @@ See :mod:`rewind.verify.compare` for the whole algorithm.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from rewind.verify.first_level import CELL, Pure, Stats, decode, per_side, rollup, side_by_side, unexplained
@@ -37,6 +38,7 @@ class CellSearch:
     """Steps 3 and 4: the cells, then the keys that differ in them, down to the rows to drill."""
 
     def __init__(self, spark: SparkSession, sides: list[DataFrame], rules: Rules, timer: Timer) -> None:
+        # lazy: avoids pyspark at import
         from pyspark.sql import functions as F
 
         self.spark, self.rules, self.timer = spark, rules, timer
@@ -67,8 +69,6 @@ class CellSearch:
         condition per sum); the sides are put side by side, and buckets and categories summed
         up, on the driver from these rows.
         """
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(1) as pool:
             # the common categories' names from a few rows, a small Spark job run beside the
             # pass instead of after it (its fixed cost is most of it)
@@ -140,6 +140,7 @@ class CellSearch:
         takes the rows of the keys that differ from the kept rows. No table is read a third
         time unless the keys' rows are too many for the driver.
         """
+        # lazy: avoids pyspark at import
         from pyspark.sql import functions as F
 
         width = len(self.rules.key) + 2 * len(self.rules.columns) + 6
@@ -190,6 +191,7 @@ class CellSearch:
         otherwise (the impure cells hold many rows) Spark keeps the rows of the keys whose
         counts or sums differ (a window per key hash: one shuffle of the rows read).
         """
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         keys = sorted({kh for kh, _, _ in pure.values()})
@@ -218,6 +220,7 @@ class CellSearch:
     ) -> tuple[DataFrame | list[dict[str, Any]], dict[str, Any] | None]:
         """Rows brought to the driver (``t``, the Arrow table of ``rows``): the keys that differ,
         and their rows as dicts (with ``n{i}``, each column's value as the drill-down compares it)."""
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -247,6 +250,7 @@ def compared_values(rules: Rules) -> list[Column]:
     """``n{i}``: column i's value as the drill-down compares it (see :mod:`rewind.verify.drill`):
     a double for a tolerance, microseconds floored to the precision for a timestamp, computed
     by Spark so that the driver compares exactly what Spark would."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     out = []
@@ -276,6 +280,7 @@ def _keys_on_driver(
 def _differing_keys(t: Any, rules: Rules) -> tuple[list[int], Stats, dict[str, Any] | None]:
     """The key hashes whose rows (an Arrow table with kh, w, side, h) differ between the sides,
     a sample of them beyond ``drill_rows``; grouped with pyarrow."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -331,6 +336,7 @@ def _keys_in_spark(
     keep: Any, rows: DataFrame, rules: Rules
 ) -> tuple[DataFrame, Stats, dict[str, Any] | None]:
     """:func:`_keys_on_driver` for many rows: the key hashes that differ, aggregated in Spark."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     staging, reference = F.col("side") == 0, F.col("side") == 1
@@ -385,6 +391,7 @@ def _in_set(expression: str, values: list[int]) -> Column:
     """``expression IN (values)`` as one SQL text, for a few values (a few dozen categories):
     one parse costs far less than a literal per value through py4j (``Column.isin``). Many
     values are looked up with :func:`_lookup` instead."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     return F.expr(f"{expression} IN ({', '.join(str(v) for v in values)})")
@@ -397,6 +404,7 @@ def _select(spark: SparkSession, wide: DataFrame, cells: list[dict[str, int]], b
     :func:`_lookup`), so only the rows kept are projected whole. An exact (broadcast) semi-join
     on the cell follows.
     """
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     tuples = [tuple(c[k] for k in CELL) for c in cells]
@@ -416,6 +424,7 @@ _CELL_SCHEMA = "w int, tb bigint, cath bigint, kb bigint"
 
 def _cell_id(bits: int) -> Column:
     """A row's cell as one number: the 64-bit hash of its four."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     return F.xxhash64("w", "tb", "cath", F.col("h").bitwiseAND(F.lit((1 << bits) - 1)))
@@ -424,6 +433,7 @@ def _cell_id(bits: int) -> Column:
 def _cell_ids(spark: SparkSession, cells: list[tuple[int, ...]]) -> list[int]:
     """The distinct :func:`_cell_id` of ``cells``, computed by Spark, so that they match the rows'
     bit for bit (the cells' columns have the rows' types)."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     table = spark.createDataFrame(cells, _CELL_SCHEMA)
@@ -437,6 +447,7 @@ def _lookup(spark: SparkSession, column: str, values: list[int], flag: str | Non
     of values is instead a hash set of boxed Longs: it cost ~0.4 s per pass at 10M rows a side
     (bench/RESULTS.md, ``bench/verify.py``).
     """
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     if flag is None:
@@ -446,6 +457,7 @@ def _lookup(spark: SparkSession, column: str, values: list[int], flag: str | Non
 
 def _of_differing_keys(rows: DataFrame) -> DataFrame:
     """The rows of ``rows`` whose key hash has different counts or hash sums on the two sides."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -471,6 +483,7 @@ def _pick(wide: DataFrame, keys: list[int], cells: list[tuple[int, ...]], bits: 
     through by a collision of cell hashes is harmless: its copy on the other side (if the sides
     agree) comes with it, and the two cancel.
     """
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     spark = wide.sparkSession
@@ -490,6 +503,7 @@ PREFILTER_VALUES = 50_000
 
 
 def _cell_differs() -> Column:
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     return (
@@ -506,6 +520,7 @@ def _limit_changes(
     always drilled in full; inside the repaired window they are the expected changes, of
     which a sample of keys is enough to show what changed.
     """
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     keys_in, rows_in = stats.get(1, (0, 0))

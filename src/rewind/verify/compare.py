@@ -89,6 +89,7 @@ def compare(spark: SparkSession, staging: DataFrame, reference: DataFrame, rules
     something does, one more: the rows of the keys the cells name (and of the cells that name
     none), for the keys that differ and the drill-down.
     """
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     timer = Timer()

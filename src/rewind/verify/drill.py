@@ -126,6 +126,7 @@ def drill_down(inside: DataFrame, rules: Rules) -> dict[str, Any]:
     need two and a sort. One Spark action when at most :data:`LOCAL_ROWS` rows differ (they
     are tallied on the driver); otherwise counts and samples are aggregated in Spark.
     """
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     nk, nc = len(rules.key), len(rules.columns)
@@ -197,6 +198,7 @@ def drill_down(inside: DataFrame, rules: Rules) -> dict[str, Any]:
 
 def _tally_in_spark(tally: _Tally, result: DataFrame, rules: Rules) -> None:
     """Counts, samples and duplicates of many classified rows, aggregated in Spark."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -256,6 +258,7 @@ def _tally_rows(tally: _Tally, rows: list[dict[str, Any]], rules: Rules) -> None
 
 def _differs(s: Column, r: Column, rule: ColumnRule) -> Column:
     """True when both rows exist and the column differs under its rule."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     if rule.kind == "timestamp" and rule.precision_us > 1:

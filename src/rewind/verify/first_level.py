@@ -51,6 +51,7 @@ def per_side(sides: list[DataFrame], bits: int) -> DataFrame:
     both sides would break Spark's generated code at the union, which then hands every row
     over as an object (~15% of the pass in a micro-run at 10M rows).
     """
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     out = []
@@ -70,6 +71,7 @@ def side_by_side(table: pa.Table) -> pa.Table:
     """The first level's rows per cell and side (Arrow), as one row per cell with both sides'
     numbers (0 for a side with no row in the cell) and ``differs`` (a boolean): an Arrow join,
     since a loop over the cells in Python cost ~0.1 s per 36k cells."""
+    # lazy: avoids pyarrow at import
     import pyarrow.compute as pc
 
     def side(number: int, suffix: str) -> pa.Table:
@@ -103,6 +105,7 @@ def rollup(cells: pa.Table) -> tuple[list[dict[str, Any]], dict[str, int], Stats
     checksums. Also returns, per window flag, the differing cells and the rows they hold.
     ``cells`` is :func:`side_by_side`'s table.
     """
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -181,6 +184,7 @@ def unexplained(rows: pa.Table, pure: Pure, bits: int) -> list[tuple[int, ...]]:
     """The pure cells whose difference the fetched rows do not account for (a cell taken for pure
     that was not): the fetched rows of each pure cell (the rows of the keys decoded) must differ
     between the sides exactly as the cell does. ``rows`` holds w, tb, cath, kh, h and side."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -26,7 +26,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from rewind.catalog import load_catalog
+from rewind.kafka.clients import cluster_metadata
+from rewind.tables.selection import choose
+from rewind.translate.functions import load_callable
 from rewind.verify.exceptions import VerifyError
+from rewind.verify.table_events import table_events
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,10 +45,9 @@ SHOWN = 5
 def run_events(conf: dict[str, Any], topic: str, run_id: str) -> pd.DataFrame:
     """Step 1: the run's events as a frame of their JSON values, in partition and offset order,
     with ``_key``, ``_partition`` and ``_offset``."""
+    # lazy: avoids confluent_kafka, pandas at import
     import pandas as pd
     from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    from rewind.kafka.clients import cluster_metadata
 
     meta = cluster_metadata(conf).topics.get(topic)
     if meta is None:
@@ -93,12 +97,13 @@ def run_events(conf: dict[str, Any], topic: str, run_id: str) -> pd.DataFrame:
 
 def latest_states(settings: Settings, spec: JobSpec, snapshots: list[int]) -> pd.DataFrame:
     """Step 3: the source's latest state of each entity, as the tasks order the states."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
+    # lazy: avoids numpy, pandas, pyarrow at import
     from rewind.tables.plan import reader_of
     from rewind.tables.reconstruct_stage import _concat, rows_table, state_order
-    from rewind.tables.selection import choose
     from rewind.translate.states import business_micros, business_order
 
     table = spec.source.table
@@ -127,9 +132,8 @@ def latest_states(settings: Settings, spec: JobSpec, snapshots: list[int]) -> pd
 
 def quarantined_keys(settings: Settings, spec: JobSpec, run_id: str) -> set[str]:
     """Entities with a quarantined state in the run (their key's text)."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg import expressions
-
-    from rewind.catalog import load_catalog
 
     assert spec.quarantine.table is not None
     try:
@@ -146,6 +150,7 @@ def compare(
 ) -> tuple[dict[str, bool], list[dict[str, Any]], list[str]]:
     """Step 4: per expected entity (by key text), whether the fold matches; the first mismatches;
     the columns compared."""
+    # lazy: avoids numpy, pandas at import
     import numpy as np
     import pandas as pd
 
@@ -194,9 +199,8 @@ def verify_outcome(
     settings: Settings, spec: JobSpec, run_id: str, staging: dict[str, Any], plan_facts: dict[str, Any]
 ) -> dict[str, Any]:
     """Steps 1-5; the report (``passed``, per-type counts, the first mismatches)."""
+    # lazy: avoids pandas at import
     import pandas as pd
-
-    from rewind.translate.functions import load_callable
 
     table = spec.source.table
     assert table is not None and table.reconstruct is not None
@@ -210,8 +214,6 @@ def verify_outcome(
     if spec.sink.kafka is not None:  # 1.
         events = run_events(settings.kafka_config(), str(staging["topic"]), run_id)
     else:  # a table of events: its rows in business order, from their lineage
-        from rewind.verify.table_events import table_events
-
         events = table_events(settings, spec, staging, run_id)
     fold = load_callable(rec.fold, "source.table.reconstruct.fold")
     if events.empty:

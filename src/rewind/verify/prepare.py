@@ -28,6 +28,7 @@ def apply_scope(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int
     them first, so both sides are cut by the same values. Adds the window flag ``_rewind_w``
     (1 inside the window, 0 outside or when there is no window).
     """
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     own = spark_types(df)
@@ -74,6 +75,7 @@ def without_flag(df: DataFrame) -> DataFrame:
 
 def prepare_side(df: DataFrame, rules: Rules, types: dict[str, str], *, side: int, name: str) -> DataFrame:
     """One side in scope, aligned to staging's types, with w, tb, cat, kh, h, k*, c*."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     own = spark_types(df)
@@ -120,6 +122,7 @@ def any_of(conditions: list[Column]) -> Column:
 
 def _null_masks(columns: list[Column]) -> list[Column]:
     """One long per 62 columns: bit i set when column i is null."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     masks = []
@@ -137,6 +140,7 @@ def _as_timestamp(column: Column, spark_type: str) -> Column:
 
 def truncate_micros(micros: Column, unit: int) -> Column:
     """``micros`` rounded down to a multiple of ``unit`` (also before 1970), in integers."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     if unit == 1:
@@ -146,6 +150,7 @@ def truncate_micros(micros: Column, unit: int) -> Column:
 
 def _normalise(column: Column, rule: ColumnRule, spark_type: str) -> Column:
     """The value that enters the row hash: timestamps floored to their precision."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     if rule.kind == "timestamp" and is_time(spark_type):

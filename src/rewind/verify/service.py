@@ -20,16 +20,32 @@ each verdict was reached with.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rewind.catalog import load_catalog
+from rewind.job.components import make_sink
+from rewind.job.merge import describe_merge, recorded_merge
+from rewind.job.spec_secrets import check_same_job
 from rewind.openlineage import commands as lineage
 from rewind.openlineage.runs import emits
+from rewind.secrets import mask
+from rewind.spark import session
 from rewind.spec import Verify
+from rewind.verify.assertions import run_assertions
+from rewind.verify.compare import compare
 from rewind.verify.exceptions import VerifyError
+from rewind.verify.outcome import verify_outcome
+from rewind.verify.prepare import apply_scope, without_flag
+from rewind.verify.report import build_report, summary, write_report
+from rewind.verify.rules import resolve
+from rewind.verify.sources import reference_side, scratch
+from rewind.verify.spark_util import spark_types
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,13 +86,6 @@ def verify_frames(
     notes: list[str] | None = None,
 ) -> dict[str, Any]:
     """Compare two DataFrames as ``verify`` says; returns the JSON report (``passed``, ``checks``...)."""
-    from rewind.verify.assertions import run_assertions
-    from rewind.verify.compare import compare
-    from rewind.verify.prepare import apply_scope, without_flag
-    from rewind.verify.report import build_report
-    from rewind.verify.rules import resolve
-    from rewind.verify.spark_util import spark_types
-
     began = time.perf_counter()
     types = spark_types(staging)
     rules = resolve(
@@ -111,11 +120,6 @@ def verify_frames(
 def verify_digest(verify: Verify) -> str:
     """sha256 (hex, first 16) of a verify section's canonical JSON, secrets masked: which
     tolerances a verdict was reached with, comparable across verifications."""
-    import hashlib
-    import json
-
-    from rewind.secrets import mask
-
     data = mask(verify.model_dump(mode="json", by_alias=True, exclude_none=True))
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -130,10 +134,8 @@ def _verify_outcome(
 ) -> dict[str, Any]:
     """A reconstruction's verification: its events replayed with the fold give the source's latest
     state (:mod:`rewind.verify.outcome`); the JSON report, and the verdict in the audit."""
-    import json
-
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import load_plan
-    from rewind.verify.outcome import verify_outcome
 
     facts = load_plan(ledger, run.plan_id).read_plan.get("table") or {}
     report = verify_outcome(settings, spec, run_id, run.staging, facts)
@@ -164,14 +166,8 @@ def verify_run(
     also puts back the secrets the ledger masked) or ``verify`` (a section alone) replaces the
     plan's verify section for this verification.
     """
-    from rewind.catalog import load_catalog
-    from rewind.job.components import make_sink
-    from rewind.job.merge import describe_merge, recorded_merge
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import load_plan, open_ledger, usable_plan
-    from rewind.job.spec_secrets import check_same_job
-    from rewind.spark import session
-    from rewind.verify.report import summary, write_report
-    from rewind.verify.sources import reference_side, scratch
 
     if spec is not None and verify is not None:
         raise VerifyError("give a spec (--spec) or a verify section (--verify-file), not both")

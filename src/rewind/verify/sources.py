@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shutil
 import tempfile
 import uuid
@@ -28,7 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewind.secrets import mask_url
+from rewind.sinks.iceberg import IcebergSink, read_iceberg
+from rewind.sinks.sql.sink import SqlSink
+from rewind.spark.topology import tasks_on_this_host
 from rewind.verify.exceptions import ReferenceUnreachable, VerifyError
+from rewind.verify.spark_util import quiet_query_errors
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -65,9 +70,8 @@ def empty_like(spark: SparkSession, df: DataFrame) -> DataFrame:
 
 def read_iceberg_table(spark: SparkSession, catalog: Catalog, table: str, what: str) -> DataFrame:
     """``table`` at ``main`` through :func:`rewind.sinks.iceberg.read_iceberg`, or a one-line error."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
-    from rewind.sinks.iceberg import read_iceberg
 
     try:
         loaded = catalog.load_table(table)
@@ -102,6 +106,7 @@ def _pg_column(
     name: str, oid: int, precision: int | None, scale: int | None
 ) -> tuple[str, pa.DataType, pa.DataType]:
     """The SELECT expression of one column, the type pyarrow reads it as, and its final type."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     q = _quote(name)
@@ -128,6 +133,7 @@ def _pg_column(
 
 
 def _finish(column: pa.Array | pa.ChunkedArray, read: pa.DataType, final: pa.DataType) -> Any:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if read == final:
@@ -148,6 +154,7 @@ def read_postgres(
     their types from the query with ``LIMIT 0``; (3) ``COPY (SELECT ...) TO STDOUT`` as CSV into
     a file; (4) parse it with pyarrow in blocks and write Parquet; (5) Spark reads the Parquet.
     """
+    # lazy: avoids psycopg, pyarrow at import
     import psycopg
     import pyarrow as pa
     import pyarrow.csv as pcsv
@@ -211,10 +218,10 @@ def read_postgres(
                 arrays = [_finish(batch.column(i), read, t) for i, (_, _, read, t) in enumerate(columns)]
                 writer.write_table(pa.Table.from_arrays(arrays, schema=final))
     csv_path.unlink(missing_ok=True)
+    # lazy: avoids pyspark at import
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = from_arrow_schema(final)
-    from rewind.spark.topology import tasks_on_this_host
 
     if not tasks_on_this_host(spark):  # the tasks cannot see this host's file: send the rows
         return spark.createDataFrame(pq.read_table(parquet_path).to_pandas(), schema)
@@ -238,8 +245,6 @@ def scratch(settings: Settings | None = None) -> Iterator[Path]:
 
 
 def postgres_url(ref: PostgresReference, spec: JobSpec | None, settings: Settings | None) -> str:
-    import re
-
     if ref.url:
         return ref.url
     if spec is not None and spec.sink.postgres is not None and spec.sink.postgres.url:
@@ -255,10 +260,8 @@ def postgres_url(ref: PostgresReference, spec: JobSpec | None, settings: Setting
 
 def target_side(spark: SparkSession, sink: StagingSink[Any], staging: Any, staging_df: DataFrame) -> Side:
     """The production target the promotion would replace (empty when it does not exist yet)."""
-    from rewind.sinks.iceberg import IcebergSink, read_iceberg
-    from rewind.sinks.sql.sink import SqlSink
-
     if isinstance(sink, IcebergSink):
+        # lazy: avoids pyiceberg at import
         from pyiceberg.exceptions import NoSuchTableError  # pyiceberg only when it is needed
 
         name = f"iceberg:{sink.table_name}@main"
@@ -339,7 +342,6 @@ def reference_side(
         read_iceberg_table(
             spark, catalog, table, f"verify.reference.sql.views.{view}"
         ).createOrReplaceTempView(view)
-    from rewind.verify.spark_util import quiet_query_errors
 
     try:
         with quiet_query_errors():

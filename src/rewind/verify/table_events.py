@@ -16,6 +16,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.columns import (
+    EVENT_ID,
+    LINEAGE_PREFIX,
+    RUN_ID,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+    TRANSFORM,
+)
+from rewind.core.columns import TRANSFORM_VERSION as VERSION
+from rewind.job.components import make_sink
+from rewind.spark import session
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -27,11 +40,9 @@ if TYPE_CHECKING:
 def table_events(settings: Settings, spec: JobSpec, staging: dict[str, Any], run_id: str) -> pd.DataFrame:
     """Steps 1-3: the run's events with their user columns and ``_key`` (the entity's text),
     ``_partition`` and ``_offset`` (their place in that order), as the topic's reader gives them."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
-    from rewind.core.columns import LINEAGE_PREFIX, RUN_ID, SOURCE_OFFSET, SOURCE_PARTITION
-    from rewind.job.components import make_sink
-    from rewind.spark import session
 
     sink = make_sink(settings, spec)
     try:
@@ -56,10 +67,10 @@ def table_events(settings: Settings, spec: JobSpec, staging: dict[str, Any], run
 def event_ordinals(frame: pd.DataFrame) -> np.ndarray:
     """Step 3: each event's ordinal among its source row's events (-1 when no ordinal gives its
     id: such a row sorts first within its source row, in the order read)."""
+    # lazy: avoids numpy at import
     import numpy as np
 
-    from rewind.core.columns import EVENT_ID, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, TRANSFORM
-    from rewind.core.columns import TRANSFORM_VERSION as VERSION
+    # lazy: avoids numpy, pandas, pyarrow at import
     from rewind.translate.lineage import table_event_ids
 
     sizes = frame.groupby([SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET], sort=False)[EVENT_ID].transform(

@@ -12,6 +12,9 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from rewind.core.store import WarehouseStore, is_local_uri
+from rewind.spark.parquet_files import write_parquet_files
+
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
@@ -24,11 +27,10 @@ def dataframe_to_iceberg(spark: SparkSession, df: DataFrame, catalog: Catalog, t
     Steps: (1) create the namespace and the table from the DataFrame's Arrow schema;
     (2) Spark writes Parquet under the table's ``data/`` folder; (3) one ``add_files`` commit.
     """
+    # lazy: avoids pyarrow, pyspark at import
     import pyarrow.fs as pafs
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from rewind.core.store import WarehouseStore, is_local_uri
-    from rewind.spark.parquet_files import write_parquet_files
 
     namespace = table.rpartition(".")[0]
     catalog.create_namespace_if_not_exists(namespace)
