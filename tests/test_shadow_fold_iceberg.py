@@ -58,7 +58,7 @@ class FoldingLive(threading.Thread):
             consumer.assign([TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in found])
             try:
                 while not self.halt.is_set():
-                    msgs = [m for m in consumer.consume(500, 0.3) if m.error() is None]
+                    msgs = [m for m in consumer.consume(500, 1.0) if m.error() is None]
                     if not msgs:
                         continue
                     table = load_catalog(self.settings).load_table(V1)

@@ -68,7 +68,7 @@ class IcebergLive(threading.Thread):
             table = load_catalog(self.settings).load_table(self.table)
             try:
                 while not self.halt.is_set():
-                    msgs = [m for m in consumer.consume(500, 0.3) if m.error() is None]
+                    msgs = [m for m in consumer.consume(500, 1.0) if m.error() is None]
                     if not msgs:
                         continue
                     last = {int(json.loads(m.value())["order_id"]): m for m in msgs}
