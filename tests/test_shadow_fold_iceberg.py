@@ -33,7 +33,15 @@ from tests.shadow_fold_fixtures import expected_totals, folded_spec
 from tests.test_shadow_iceberg import _lineage_defaults, _ts, wait_for
 
 NAME = "fold-ice"
-SHADOW = {"lag_threshold": 100, "caught_up_for_s": 1, "settle_s": 10, "verify_passes": 1, "monitoring_s": 4}
+# micro-batches a second apart (the fixtures use 0.5 s): each is a Spark job and an Iceberg commit
+SHADOW = {
+    "lag_threshold": 100,
+    "caught_up_for_s": 1,
+    "settle_s": 10,
+    "verify_passes": 1,
+    "monitoring_s": 4,
+    "trigger_s": 1.0,
+}
 V1 = "app.totals"
 
 
