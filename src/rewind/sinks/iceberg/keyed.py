@@ -55,6 +55,7 @@ def key_properties(key: Sequence[str]) -> dict[str, str]:
 
 def comparable(values: pa.Array | pa.ChunkedArray) -> list[Any]:
     """The values of a key column as the Python values its Iceberg bounds decode to."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     t = values.type
@@ -78,6 +79,7 @@ class KeyedFiles:
     @classmethod
     def read(cls, table: Table, key: Sequence[str]) -> KeyedFiles:
         """Step 1: plan the files of ``main`` and decode their bounds (None: unbounded)."""
+        # lazy: avoids pyiceberg at import
         from pyiceberg.conversions import from_bytes
         from pyiceberg.types import PrimitiveType
 
@@ -135,6 +137,7 @@ class KeyedFiles:
 
     def read_rows(self, touched: Sequence[int]) -> pa.Table:
         """Step 3: the touched files' rows, whole, with :data:`FILE_COLUMN`."""
+        # lazy: avoids pyarrow, pyiceberg at import
         import pyarrow as pa
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan
@@ -160,6 +163,7 @@ class KeyedFiles:
     ) -> None:
         """Step 4, ONE overwrite snapshot: every touched file is replaced by its ``kept`` rows
         (they carry :data:`FILE_COLUMN`) and the ``rows`` whose key it is home to, sorted by key."""
+        # lazy: avoids numpy, pyarrow, pyiceberg at import
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc

@@ -176,6 +176,7 @@ def _rebase(sink: PublishingSink, table: Table, staging: IcebergStaging, head: S
     the catalog refuses it if the table moved meanwhile, and that is a one-line error (run
     again); (4) read back which snapshot the commit landed on: that is what rollback restores.
     """
+    # lazy: avoids pyiceberg at import
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     if sink.mode == "replace-window" and sink.window is None:
@@ -208,6 +209,7 @@ def _run_files(table: Table, staging: IcebergStaging, head: Snapshot) -> list[Da
     """The data files the run added and that are live at ``head``: those of its unit commits
     (naming units) and of its finalize commit (the folded rows that replaced the units' partial
     rows, :mod:`rewind.job.finalize`); not the window delete's rewrites of old main's files."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.manifest import ManifestContent
     from pyiceberg.table.snapshots import ancestors_of
 
@@ -240,6 +242,7 @@ def _found_rebase(
     sink: PublishingSink, table: Table, staging: IcebergStaging, head: Snapshot
 ) -> RebasedSwap | None:
     """The rebase of this branch that ``main`` is at, if it is at one (a commit found done)."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.table.snapshots import ancestors_of
 
     main = table.snapshot_by_name("main")

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.store import WarehouseStore
 from rewind.sinks.iceberg.staging import IcebergSinkError
+from rewind.spark.parquet_files import read_parquet_files
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -22,6 +23,7 @@ def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFr
     snapshot = table.snapshot_by_name(ref)
     schema = table.schema().as_arrow()
     if snapshot is None:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         return spark.createDataFrame(
@@ -36,18 +38,19 @@ def read_iceberg(spark: SparkSession, table: Table, ref: str = "main") -> DataFr
         )
     paths = [t.file.file_path for t in tasks]
     if not paths:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         return spark.createDataFrame(
             pa.Table.from_batches([], schema=schema).to_pandas(), _spark_schema(schema)
         )
-    from rewind.spark.parquet_files import read_parquet_files
 
     store = WarehouseStore.from_catalog_properties(table.io.properties)
     return read_parquet_files(spark, paths, _spark_schema(schema), store=store)
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
+    # lazy: avoids pyspark at import
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)

@@ -28,6 +28,7 @@ FILE_COLUMN = "_rewind_file"
 
 def read_files(table: Table, ref: str, columns: Sequence[str] | None) -> tuple[list[FileScanTask], pa.Table]:
     """Every data file of ``ref`` read (``columns`` only, or all), with :data:`FILE_COLUMN`."""
+    # lazy: avoids pyarrow, pyiceberg at import
     import pyarrow as pa
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
@@ -65,6 +66,7 @@ def rewrite(
     """Replace each file ``keep`` names (task index → boolean mask over its rows) by its kept
     rows, in one overwrite snapshot; returns the rows deleted. ``tables``: files the caller
     read already, whole (task index → all its rows), not read again."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
@@ -105,6 +107,7 @@ def replace_rows(
     """Like :func:`rewrite`, but the kept rows of every file that loses rows and ``rows`` are
     written together as new files, in ONE overwrite snapshot: an upsert that keeps the number
     of files from growing with every commit (each one merges the files it touches)."""
+    # lazy: avoids pyarrow, pyiceberg at import
     import pyarrow as pa
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files

@@ -43,9 +43,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.core.columns import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TIMESTAMP, SOURCE_TOPIC
 from rewind.core.merge import MergePolicy, decide, key_array
 from rewind.sinks.base import RowFold, Swap
-from rewind.sinks.iceberg.keyed import key_properties
+from rewind.sinks.iceberg.keyed import FILE_COLUMN, KeyedFiles, comparable, key_properties
 from rewind.sinks.iceberg.sink import IcebergSink
 from rewind.sinks.iceberg.staging import (
     RUN_PROPERTY,
@@ -108,6 +109,7 @@ class IcebergShadowSink(IcebergSink):
     # -- gates and staging ----------------------------------------------------------------
 
     def check(self, schema: pa.Schema) -> str:
+        # lazy: avoids pyiceberg at import
         from pyiceberg.catalog.sql import SqlCatalog
 
         if not isinstance(self.catalog, SqlCatalog):
@@ -191,12 +193,11 @@ class IcebergShadowSink(IcebergSink):
         ranges; the catalog refuses it if v2 moved meanwhile; (4) remove the units' Parquet
         files, whose rows are now in v2's own files.
         """
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        from rewind.core.columns import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TIMESTAMP, SOURCE_TOPIC
-        from rewind.sinks.iceberg.keyed import FILE_COLUMN, KeyedFiles, comparable
 
         table = self._load(staging.table)
         if table is None:
@@ -342,6 +343,7 @@ class IcebergShadowSink(IcebergSink):
     ) -> None:
         """Rename ``first`` then ``second`` (name, metadata location it must still have, new
         name) in one transaction of the catalog's database; nothing when either row moved."""
+        # lazy: avoids pyiceberg, sqlalchemy at import
         from pyiceberg.catalog.sql import IcebergTables
         from sqlalchemy import update
         from sqlalchemy.orm import Session

@@ -172,6 +172,7 @@ class IcebergSink(StagingSink[IcebergStaging]):
         return None
 
     def _ancestors(self, table: Table, ref: str) -> list[Any]:
+        # lazy: avoids pyiceberg at import
         from pyiceberg.table.snapshots import ancestors_of
 
         head = table.snapshot_by_name(ref)
@@ -230,6 +231,7 @@ class IcebergSink(StagingSink[IcebergStaging]):
         if files:
             table.add_files(files, snapshot_properties=props, branch=branch)
         else:
+            # lazy: avoids pyarrow at import
             import pyarrow as pa
 
             empty = pa.Table.from_batches([], schema=table.schema().as_arrow())
@@ -278,6 +280,7 @@ class IcebergSink(StagingSink[IcebergStaging]):
 
 
 def _check_compatible(name: str, table: Table, schema: pa.Schema) -> None:
+    # lazy: avoids pyiceberg at import
     from pyiceberg.io.pyarrow import pyarrow_to_schema
 
     target_fields = {f.name: f for f in table.schema().fields}
@@ -304,6 +307,7 @@ def _check_compatible(name: str, table: Table, schema: pa.Schema) -> None:
 
 
 def _promotable(source: Any, target: Any) -> bool:
+    # lazy: avoids pyiceberg at import
     from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType
 
     return (isinstance(source, IntegerType) and isinstance(target, LongType)) or (

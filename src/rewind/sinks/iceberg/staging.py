@@ -64,6 +64,7 @@ def split_identifier(identifier: str) -> tuple[str, str]:
 def load_table(catalog: Catalog, name: str) -> Table | None:
     """The table ``name`` of ``catalog``, or None when it does not exist (the sink and its
     promotion both ask)."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.exceptions import NoSuchTableError
 
     try:

@@ -24,6 +24,7 @@ order of the binary encoding), which :mod:`rewind.sinks.kafka.avro_values` encod
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -192,6 +193,7 @@ def standalone(expanded: Any, seen: set[str] | None = None) -> Any:
 
 def _primitive_of(kind: pa.DataType) -> str | None:
     """The Avro type a column of ``kind`` is written as without logical types, or None."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     t = pa.types
@@ -218,6 +220,7 @@ def _branches(avro: Any) -> list[Any]:
 
 def _value_kind(kind: pa.DataType, avro: Any) -> tuple[str, str | None] | None:
     """``(codec kind, logical type)`` when a column of ``kind`` fits the (non-union) ``avro``."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     t = pa.types
@@ -282,6 +285,7 @@ def _value_kind(kind: pa.DataType, avro: Any) -> tuple[str, str | None] | None:
 
 def _fit_type(kind: pa.DataType, avro: Any) -> str | None:
     """None when values of ``kind`` fit ``avro``, else why not (nulls are checked per value)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     branches = _branches(avro)
@@ -353,6 +357,7 @@ def _codec(
             f"of the writer schema ({writer.where}); cast the column in the translate or write with a "
             "schema whose field takes it"
         )
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if pa.types.is_null(kind):
@@ -385,8 +390,7 @@ def _codec(
 
 def _encode_default(avro: Any, default: Any, name: str, writer: WriterSchema) -> bytes:
     """The binary encoding of a field's default (a union's default is of its first branch)."""
-    import io
-
+    # lazy: avoids fastavro at import
     import fastavro
 
     value = _default_value(avro[0] if isinstance(avro, list) else avro, default)

@@ -25,14 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.secrets import mask_url
 from rewind.sinks.kafka.avro_fit import AvroSchemaMismatch
+from rewind.sinks.kafka.avro_values import AvroValues
 from rewind.sinks.kafka.exceptions import KafkaSinkError
+from rewind.sinks.kafka.records import user_columns
 from rewind.translate.avro_schemas import LocalSchemaSource, RegistrySchemaSource, WriterSchema
 from rewind.translate.exceptions import SchemaSourceError
+from rewind.translate.factory import make_decoder
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from rewind.sinks.kafka.avro_values import AvroValues
     from rewind.spec import JobSpec
     from rewind.translate.avro_schemas import SchemaSource
 
@@ -117,9 +119,6 @@ class AvroTarget:
 
     def values(self, writer: WriterSchema, schema: pa.Schema) -> AvroValues:
         """The encoder of ``schema``'s rows with ``writer``; raises when they do not fit."""
-        from rewind.sinks.kafka.avro_values import AvroValues
-        from rewind.sinks.kafka.records import user_columns
-
         return AvroValues(writer, schema, user_columns(schema))
 
     def check(self, topic: str | None, schema: pa.Schema) -> str:
@@ -151,9 +150,6 @@ def values_of(value_format: dict[str, Any] | None, schema: pa.Schema) -> AvroVal
     """The encoder of a staging's pinned schema; None for JSON values."""
     if not value_format or value_format.get("encode") != "avro":
         return None
-    from rewind.sinks.kafka.avro_values import AvroValues
-    from rewind.sinks.kafka.records import user_columns
-
     writer = WriterSchema(
         int(value_format["schema_id"]), json.loads(value_format["schema"]), str(value_format["where"])
     )
@@ -170,8 +166,8 @@ def avro_target_of(spec: JobSpec) -> AvroTarget | None:
         return None
     registered_from = None
     if kafka.register_schema:
+        # lazy: avoids numpy, pandas, pyarrow at import
         from rewind.translate.avro_decoder import AvroDecoder
-        from rewind.translate.factory import make_decoder
 
         decoder = make_decoder(spec.decode)
         registered_from = decoder.source if isinstance(decoder, AvroDecoder) else None

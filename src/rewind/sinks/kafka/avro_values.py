@@ -50,6 +50,7 @@ def zigzag(value: int) -> bytes:
 
 def varints(values: np.ndarray) -> pa.Array:
     """Zig-zag varints of an int64 array as a binary array, built with numpy (no Python loop)."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
@@ -76,6 +77,7 @@ def varints(values: np.ndarray) -> pa.Array:
 
 def _fixed_width(values: np.ndarray) -> pa.Array:
     """Each element's little-endian bytes as a binary array (floats, doubles, booleans)."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
@@ -87,6 +89,7 @@ def _fixed_width(values: np.ndarray) -> pa.Array:
 
 def _numbers(column: pa.Array, codec: FieldCodec) -> np.ndarray:
     """An int/long field's values as int64 (times in the unit of the logical type, nulls 0)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     kind = column.type
@@ -105,6 +108,7 @@ def _numbers(column: pa.Array, codec: FieldCodec) -> np.ndarray:
 
 def _value_pieces(column: pa.Array, codec: FieldCodec) -> list[pa.Array]:
     """The binary pieces of a field's value branch (nulls encoded as placeholders)."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -161,6 +165,7 @@ class AvroValues:
 
     def check(self, batch: pa.RecordBatch) -> None:
         """Raise :class:`AvroSchemaMismatch` for the first value the schema cannot hold."""
+        # lazy: avoids numpy, pyarrow at import
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -206,6 +211,7 @@ class AvroValues:
 
     def encode_array(self, batch: pa.RecordBatch) -> pa.Array:
         """The batch's values as one binary array (header included)."""
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -258,6 +264,7 @@ class AvroValues:
 
     def _generic(self, codec: FieldCodec, column: pa.Array, batch: pa.RecordBatch) -> pa.Array:
         """A nested or decimal field written by fastavro, value by value."""
+        # lazy: avoids fastavro, pyarrow at import
         import fastavro
         import pyarrow as pa
 
@@ -289,6 +296,7 @@ class AvroValues:
 
     def decode(self, values: Iterable[bytes | None]) -> list[dict[str, Any]]:
         """Values written by :meth:`encode` → records (for reading a run's topic back)."""
+        # lazy: avoids fastavro at import
         import fastavro
 
         parsed = self._parsed.get("")
@@ -310,6 +318,7 @@ class AvroValues:
 
 
 def _flat(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

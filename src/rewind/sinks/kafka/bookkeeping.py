@@ -18,6 +18,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rewind.kafka.capabilities import _Probe
+from rewind.kafka.clients import cluster_metadata, private_consumer
+from rewind.kafka.clients import producer as make_producer
 from rewind.sinks.kafka.exceptions import KafkaSinkError, short_error
 from rewind.sinks.kafka.topics import (
     TIMEOUT_S,
@@ -183,9 +186,8 @@ def read_log(
     :data:`_BLOCKED_GRACE_S` without progress ``on_blocked`` is called once; after
     ``stall_timeout_s`` the read fails rather than return a partial answer.
     """
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaError, TopicPartition
-
-    from rewind.kafka.clients import private_consumer
 
     pending = {p for p, s in starts.items() if s < ends.get(p, 0)}
     if not pending:
@@ -243,8 +245,6 @@ def read_log(
 
 def fence_run(conf: dict[str, Any], run_id: str) -> None:
     """Fence the run's commit producer: a zombie's open transaction is aborted."""
-    from rewind.kafka.clients import producer as make_producer
-
     log.warning("an open transaction holds rewind.commits back; fencing %s", transactional_id(run_id))
     producer = make_producer(conf, **{"transactional.id": transactional_id(run_id)})
     try:
@@ -265,8 +265,6 @@ def probe_read_committed(conf: dict[str, Any]) -> str:
     The same probe as ``rewind doctor`` (on a scratch topic, deleted afterwards), once per
     cluster and process.
     """
-    from rewind.kafka.capabilities import _Probe
-
     cluster = str(conf.get("bootstrap.servers"))
     if cluster in _PROBED:
         return _PROBED[cluster]
@@ -346,9 +344,8 @@ def staged_run_log(conf: dict[str, Any], staging: KafkaStaging, run_id: str | No
 
 def ensure_bookkeeping_topic(conf: dict[str, Any], admin: AdminClient, topic: str) -> None:
     """Create the bookkeeping topic on first use; refuse one with another partition count."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka.admin import NewTopic
-
-    from rewind.kafka.clients import cluster_metadata
 
     meta = cluster_metadata(conf).topics.get(topic)
     if meta is None:
@@ -378,8 +375,6 @@ def write_bookkeeping(conf: dict[str, Any], topic: str, key: str, value: dict[st
     is harmless: every record written here is keyed and read by its kind (the first
     ``prepared`` wins; ``publication`` and ``deleted`` say the same thing twice).
     """
-    from rewind.kafka.clients import producer as make_producer
-
     errors: list[str] = []
     offsets: list[int] = []
 

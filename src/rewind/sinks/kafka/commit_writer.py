@@ -17,6 +17,8 @@ from rewind import faults
 from rewind.core.arrow import schema_from_b64
 from rewind.core.store import filesystem
 from rewind.kafka.producer import TransactionalProducer
+from rewind.sinks.kafka.avro_target import values_of
+from rewind.sinks.kafka.avro_values import SOURCE_COLUMNS
 from rewind.sinks.kafka.bookkeeping import (
     TXN_CALL_TIMEOUT_S,
     KafkaStaging,
@@ -26,6 +28,7 @@ from rewind.sinks.kafka.bookkeeping import (
     transactional_id,
 )
 from rewind.sinks.kafka.exceptions import KafkaSinkError
+from rewind.sinks.kafka.records import H_EVENT_ID, H_RUN_ID, RecordEncoder, decode_records
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,10 +107,9 @@ class CommitWriter:
 
     def produce_files(self, files: list[str], skipped_units: list[str], present: set[str]) -> tuple[int, int]:
         """Produce every row not of ``skipped_units`` and not ``present``; (rows, produced)."""
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import KafkaException
 
-        from rewind.sinks.kafka.avro_target import values_of
-        from rewind.sinks.kafka.records import RecordEncoder
 
         producer = self.producer
         avro = values_of(self.staging.value_format, self.schema)
@@ -156,6 +158,7 @@ class CommitWriter:
 
 def target_partitions(batch: pa.RecordBatch, encoded: EncodedBatch, same: frozenset[str]) -> list[int]:
     """The source partition for rows of a topic with as many partitions; -1 (by key) otherwise."""
+    # lazy: avoids pyarrow at import
     import pyarrow.compute as pc
 
     topics = set(pc.unique(batch.column("_rewind_source_topic")).to_pylist())
@@ -172,8 +175,6 @@ def event_ids_in(
     conf: dict[str, Any], topic: str, run_id: str, starts: dict[int, int], ends: dict[int, int]
 ) -> set[str]:
     """Event ids of ``run_id``'s records in the given ranges of the topic."""
-    from rewind.sinks.kafka.records import H_EVENT_ID, H_RUN_ID
-
     wanted = run_id.encode()
     found: set[str] = set()
     begin = {p: min(starts.get(p, 0), ends[p]) for p in ends}
@@ -201,9 +202,6 @@ class DecodeRecords:
         self.value_format = value_format
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from rewind.sinks.kafka.avro_target import values_of
-        from rewind.sinks.kafka.records import decode_records
-
         schema = schema_from_b64(self.schema_b64)
         avro = values_of(self.value_format, schema)
         for batch in batches:
@@ -214,9 +212,8 @@ def check_files(files: list[str], avro: AvroValues) -> None:
     """Check every value of the files the Avro schema must check one by one (nulls where the
     field has none, enum symbols, fixed sizes, nested values); Parquet statistics spare reading
     a column whose null count is known to be 0."""
+    # lazy: avoids pyarrow at import
     import pyarrow.parquet as pq
-
-    from rewind.sinks.kafka.avro_values import SOURCE_COLUMNS
 
     nullable_not, by_value = avro.checked_columns()
     for path in files:
@@ -262,6 +259,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _batches(path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    # lazy: avoids pyarrow at import
     import pyarrow.parquet as pq
 
     fs, inner = filesystem(path)
@@ -272,6 +270,7 @@ def _batches(path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
 
 def _source_order(path: str) -> tuple[str, int, int]:
     """(topic, partition, first offset) of a unit's file, from the Parquet statistics."""
+    # lazy: avoids pyarrow at import
     import pyarrow.parquet as pq
 
     fs, inner = filesystem(path)
@@ -299,6 +298,7 @@ def _source_order(path: str) -> tuple[str, int, int]:
 
 def _outside_units(batch: pa.RecordBatch, unit_ids: list[str]) -> pa.Array | None:
     """Mask of rows whose source offset is in none of ``unit_ids`` (None: no unit to leave out)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from rewind.core.json_fallback import json_default
 
 if TYPE_CHECKING:
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 
 def json_values(batch: pa.RecordBatch, names: list[str]) -> list[bytes]:
     """One compact JSON object of the columns ``names`` per row of ``batch``."""
-    import orjson
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -57,6 +59,7 @@ def json_texts(column: pa.Array) -> pa.Array:
 
 def _texts(column: pa.Array) -> tuple[pa.Array, bool]:
     """:func:`json_texts`, or (``True``) the text of a column without nulls still to be quoted."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -91,6 +94,7 @@ def _texts(column: pa.Array) -> tuple[pa.Array, bool]:
 def _scan(column: pa.Array) -> tuple[bool, bool]:
     """Does the text of ``column`` hold a control character; a quote or a backslash? (numpy over
     its UTF-8 bytes: no byte of a multi-byte character is below 0x80)."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
@@ -104,6 +108,7 @@ def _scan(column: pa.Array) -> tuple[bool, bool]:
 
 
 def _or_null(text: pa.Array) -> pa.Array:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -111,12 +116,14 @@ def _or_null(text: pa.Array) -> pa.Array:
 
 
 def _quote(text: pa.Array) -> tuple[pa.Array, bool]:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     return (text.cast(pa.binary()), True) if text.null_count == 0 else (_quoted(text), False)
 
 
 def _quoted(text: pa.Array) -> pa.Array:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -130,8 +137,8 @@ def _floats(column: pa.Array) -> pa.Array:
     """ONE ``orjson.dumps`` of the column's list; the values are cut out of its text at the commas
     (a float's JSON has none) by numpy, straight into an Arrow buffer: a ``split`` and an array of
     one bytes object per value cost ~3x the ``dumps``."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
-    import orjson
     import pyarrow as pa
 
     values = column.to_numpy(zero_copy_only=False).tolist()  # nulls become NaN, which orjson writes null
@@ -144,7 +151,7 @@ def _floats(column: pa.Array) -> pa.Array:
 
 
 def _each(values: list[Any]) -> pa.Array:
-    import orjson
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     dumps = orjson.dumps
@@ -156,6 +163,7 @@ def _each(values: list[Any]) -> pa.Array:
 
 def _plain(column: pa.Array | pa.ChunkedArray) -> list[Any]:
     """A column as Python values; the numpy path (5-20x faster) when it has no nulls."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     kind = column.type
@@ -176,6 +184,7 @@ def _plain(column: pa.Array | pa.ChunkedArray) -> list[Any]:
 
 def _iso(column: pa.Array) -> list[Any]:
     """ISO-8601 text of a timestamp column (``T`` separator, ``Z`` when zoned), nulls kept."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -185,6 +194,7 @@ def _iso(column: pa.Array) -> list[Any]:
 
 def json_ready(column: pa.Array) -> list[Any]:
     """A column as values orjson writes the documented way (see the module docstring)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from rewind import faults
 from rewind.core.store import remove_tree
+from rewind.kafka.clients import admin as make_admin
 from rewind.sinks.base import Swap
 from rewind.sinks.kafka.bookkeeping import (
     KafkaStaging,
@@ -112,8 +113,6 @@ def cleanup_topic(sink: PublishingTopicSink, staging: KafkaStaging) -> dict[str,
     left to its owner). The run's bookkeeping stays, marked ``deleted``, so the run cannot
     be resumed or promoted into a missing topic. Idempotent.
     """
-    from rewind.kafka.clients import admin as make_admin
-
     runlog = staged_run_log(sink.conf, staging)
     if runlog.state == "published":
         raise KafkaSinkError(

@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from rewind.core.arrow import is_constant
 from rewind.core.columns import (
@@ -52,7 +55,7 @@ from rewind.core.columns import (
     TRANSFORM_VERSION,
 )
 from rewind.core.json_fallback import json_default
-from rewind.sinks.kafka.json_values import _iso, _plain, json_ready
+from rewind.sinks.kafka.json_values import _iso, _plain, json_ready, json_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -157,6 +160,7 @@ class RecordEncoder:
 
     def encode(self, batch: pa.RecordBatch) -> EncodedBatch:
         """Everything but the values, column-wise (cheap: Arrow kernels and list conversions)."""
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -188,8 +192,6 @@ class RecordEncoder:
         return list(encoded.columns[0])
 
     def _json_values(self, batch: pa.RecordBatch) -> list[bytes]:
-        from rewind.sinks.kafka.json_values import json_values
-
         return json_values(batch, self.user)
 
     def produce(
@@ -206,8 +208,6 @@ class RecordEncoder:
         ``when_full`` is called with the same arguments when ``produce`` raises BufferError
         (librdkafka's queue is full): it must serve deliveries and retry.
         """
-        import itertools
-
         repeat = itertools.repeat
         headers = [  # strict=False: repeat() never ends
             zip(repeat(H_EVENT_ID), encoded.event_ids, strict=False),
@@ -220,7 +220,7 @@ class RecordEncoder:
         return int(loop(produce, when_full, topic, *rows, *headers, *flags))
 
     def _keys(self, batch: pa.RecordBatch, event_ids: list[str]) -> list[Any]:
-        import orjson
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         if not self.key_columns:
@@ -254,6 +254,7 @@ def _same_or_each(column: pa.Array) -> list[Any]:
 def _sources(topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> list[str]:
     """``<topic>/<partition>/<offset>`` of each row; when the batch holds one topic and partition
     (a work unit's batch), the offsets' text is joined to that one prefix."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -267,6 +268,7 @@ def _sources(topics: pa.Array, partitions: pa.Array, offsets: pa.Array) -> list[
 def _header_values(name: str, column: pa.Array) -> HeaderColumn:
     """``(name, value)`` header tuples of a column: ONE shared tuple when the column is constant
     (run id, transform, version, synthetic and usually extracted-at are), else one per row."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -290,8 +292,6 @@ def _dict_literal(names: list[str], params: list[str]) -> str:
 
 
 def _compile(source: str, name: str) -> Callable[..., Any]:
-    import orjson
-
     scope: dict[str, Any] = {
         "dumps": orjson.dumps,
         "default": json_default,
@@ -343,6 +343,7 @@ def _produce_loop(keep: bool, headers: int = len(HEADER_NAMES)) -> Callable[...,
 
 def _json_type(kind: pa.DataType) -> pa.DataType:
     """The type Arrow's JSON reader reads a column as (text for what JSON has no type for)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if (
@@ -359,6 +360,7 @@ def _json_type(kind: pa.DataType) -> pa.DataType:
 
 
 def _from_text(column: pa.ChunkedArray | pa.Array, kind: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if column.type == kind:
@@ -387,6 +389,7 @@ def decode_records(
     Records without Rewind's lineage headers, or of another run when ``run_id`` is given,
     are left out (a topic named in the spec may hold other records).
     """
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -456,6 +459,7 @@ def decode_records(
 def _typed(values: list[Any], kind: pa.DataType) -> pa.Array:
     """Python values → an Arrow column of ``kind`` (through the values' own type when a
     promotion was written, like an int column read back from a double field)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     try:
@@ -466,6 +470,7 @@ def _typed(values: list[Any], kind: pa.DataType) -> pa.Array:
 
 def _header_columns(batch: pa.RecordBatch) -> dict[str, pa.Array]:
     """Each lineage header as a string column aligned with the batch (null where absent)."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc

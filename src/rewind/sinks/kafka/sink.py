@@ -95,6 +95,8 @@ from rewind import faults
 from rewind.core.arrow import schema_from_b64, schema_to_b64
 from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.core.store import folder_uri, make_dirs
+from rewind.kafka.clients import admin as make_admin
+from rewind.kafka.clients import cluster_metadata
 from rewind.sinks.base import StagingSink, Swap
 from rewind.sinks.kafka.avro_target import AvroTarget, avro_target_of
 from rewind.sinks.kafka.bookkeeping import (
@@ -113,6 +115,7 @@ from rewind.sinks.kafka.commit_writer import CommitWriter, DecodeRecords, event_
 from rewind.sinks.kafka.exceptions import KafkaSinkError
 from rewind.sinks.kafka.held import check_held
 from rewind.sinks.kafka.publish import cleanup_topic, promote_topic, withdraw_topic
+from rewind.sinks.kafka.records import RecordEncoder
 from rewind.sinks.kafka.topics import (
     DEFAULT_TOPIC_CONFIGS,
     TOPIC_NAME,
@@ -210,9 +213,6 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
 
     def check(self, schema: pa.Schema) -> str:
         """Raise when the output cannot go to the topic; else say where it goes. Changes nothing."""
-        from rewind.kafka.clients import cluster_metadata
-        from rewind.sinks.kafka.records import RecordEncoder
-
         try:
             RecordEncoder(schema, self.key)
         except ValueError as exc:
@@ -262,9 +262,6 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         becomes the staging's ``log_start`` (the run's later reads of its bookkeeping start
         there); (5) create the topic and wait until metadata shows every partition.
         """
-        from rewind.kafka.clients import admin as make_admin
-        from rewind.kafka.clients import cluster_metadata
-
         topic = self.topic_for(run_id)
         admin = make_admin(self.conf)
         ensure_bookkeeping_topic(self.conf, admin, self.bookkeeping)
@@ -514,6 +511,7 @@ class KafkaTopicSink(StagingSink[KafkaStaging]):
         when the run prepared it, up to the true end; the JSON values and lineage headers are
         decoded by :func:`rewind.sinks.kafka.records.decode_records` in the tasks.
         """
+        # lazy: avoids pyspark at import
         from pyspark.sql.pandas.types import from_arrow_schema
 
         schema = schema_from_b64(staging.schema_b64)

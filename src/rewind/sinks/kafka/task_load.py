@@ -45,6 +45,9 @@ from rewind.core.store import filesystem
 from rewind.sinks.kafka.bookkeeping import KafkaStaging
 from rewind.sinks.kafka.commit_writer import remove_file
 from rewind.sinks.kafka.unit_writer import UnitWriter
+from rewind.spark.pace_server import RemotePacer
+from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path
+from rewind.spark.unit_produce import first_attempt
 
 if TYPE_CHECKING:
     from rewind.sinks.kafka.sink import KafkaTopicSink
@@ -70,8 +73,6 @@ class KafkaTaskLoader:
     ) -> tuple[dict[str, Any], bool]:
         """Steps 1-3 of the module docstring; returns the unit's counts as recorded (with its
         quarantine files) and whether this call produced it."""
-        from rewind.spark.unit_produce import first_attempt
-
         session = self.writer.open(unit_id, first_attempt(unit_id, self.attempted))  # 1.
         if session.done is not None:
             done = session.done
@@ -105,10 +106,7 @@ class KafkaTaskLoader:
         if not self.max_records_per_second:
             return None
         if self.pace is not None:
-            from rewind.spark.pace_server import RemotePacer
-
             return RemotePacer(self.pace)
-        from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path
 
         run_id = self.writer.staging["run_id"]
         path = shared_state_path(default_state_dir(), f"produce-{run_id}")
@@ -135,6 +133,7 @@ def task_loader(
 
 
 def _tables(path: str, rows: int) -> Any:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -11,6 +11,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.windows import WindowRequest
+from rewind.kafka.clients import cluster_metadata
+from rewind.kafka.resolve import resolve
 from rewind.sinks.kafka.exceptions import KafkaSinkError, short_error
 
 if TYPE_CHECKING:
@@ -44,9 +47,6 @@ def partition_watermarks(
     conf: dict[str, Any], topic: str, partitions: tuple[int, ...] | None = None
 ) -> dict[int, tuple[int, int]]:
     """(low, true high) watermarks; the high one from a fetch (ListOffsets ``latest`` is a hint)."""
-    from rewind.core.windows import WindowRequest
-    from rewind.kafka.resolve import resolve
-
     request = (
         WindowRequest(assign=tuple((topic, p) for p in partitions))
         if partitions is not None
@@ -66,8 +66,6 @@ def record_count(conf: dict[str, Any], topic: str) -> int:
 
 
 def topic_is_there(conf: dict[str, Any], topic: str) -> bool:
-    from rewind.kafka.clients import cluster_metadata
-
     md = cluster_metadata(conf)
     meta = md.topics.get(topic)
     return meta is not None and meta.error is None
@@ -85,6 +83,7 @@ def replication_of(md: ClusterMetadata, source_topics: list[str]) -> int:
 
 
 def create_topics(admin: AdminClient, topics: list[Any]) -> None:
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaError, KafkaException
 
     for name, fut in admin.create_topics(topics, operation_timeout=TIMEOUT_S).items():
@@ -97,8 +96,6 @@ def create_topics(admin: AdminClient, topics: list[Any]) -> None:
 
 
 def wait_for_topic(conf: dict[str, Any], topic: str, partitions: int) -> None:
-    from rewind.kafka.clients import cluster_metadata
-
     def ready() -> bool:
         meta = cluster_metadata(conf).topics.get(topic)
         return (
@@ -122,6 +119,7 @@ def wait_until(ready: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_
 
 def source_configs(admin: AdminClient, source_topics: list[str]) -> dict[str, str]:
     """The source topic's own configs worth copying (see the module docstring)."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka.admin import ConfigResource, ConfigSource
 
     if not source_topics:
@@ -154,6 +152,7 @@ def create_topic(
     configs: dict[str, str],
 ) -> None:
     """Create ``topic`` and wait until its partitions show in the metadata."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka.admin import NewTopic
 
     create_topics(admin, [NewTopic(topic, partitions, replication_factor=replication, config=configs)])

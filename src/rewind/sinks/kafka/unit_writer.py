@@ -43,8 +43,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rewind import faults
 from rewind.core.arrow import schema_from_b64
+from rewind.kafka.clients import producer as make_producer
+from rewind.kafka.partitioner import partitions_for
 from rewind.kafka.producer import TransactionalProducer
+from rewind.sinks.kafka.avro_fit import AvroSchemaMismatch
+from rewind.sinks.kafka.avro_target import values_of
 from rewind.sinks.kafka.bookkeeping import (
     TXN_CALL_TIMEOUT_S,
     KafkaStaging,
@@ -55,11 +60,10 @@ from rewind.sinks.kafka.bookkeeping import (
 )
 from rewind.sinks.kafka.commit_writer import PRODUCER_DEFAULTS, target_partitions
 from rewind.sinks.kafka.exceptions import KafkaSinkError, short_error
+from rewind.sinks.kafka.records import RecordEncoder
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from rewind.sinks.kafka.records import RecordEncoder
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +159,8 @@ class UnitSession:
 
     def produce(self, rows: pa.Table) -> None:
         """Produce output rows (user columns + lineage, in key order) with explicit partitions."""
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import KafkaException
-
-        from rewind.sinks.kafka.avro_fit import AvroSchemaMismatch
-        from rewind.sinks.kafka.avro_target import values_of
-        from rewind.sinks.kafka.records import RecordEncoder
 
         if rows.num_rows == 0:
             return
@@ -209,8 +210,6 @@ class UnitSession:
         """The partition of each record: its source partition when its source topic has as many
         partitions as the target (a Kafka source, as the driver's commit places it), else the
         one the live producer picks for its key."""
-        from rewind.kafka.partitioner import partitions_for
-
         same = self.staging.same_partition_topics
         placed = target_partitions(batch, encoded, same) if same else None
         if placed is not None and min(placed, default=0) >= 0:
@@ -231,8 +230,6 @@ class UnitSession:
 
     def commit(self, counts: dict[str, Any], quarantine_files: list[str]) -> dict[str, Any]:
         """Steps 4-5: flush the data, produce the marker, commit. Returns what was written."""
-        from rewind import faults
-
         assert self._txn is not None and self.done is None
         run_id = self.staging.run_id
         try:
@@ -301,8 +298,6 @@ def fence_units(conf: dict[str, Any], run_id: str, unit_ids: list[str]) -> None:
     """Fence the transactions of units an earlier attempt may have left open (a killed driver's
     tasks): their open transactions would hold ``rewind.commits`` back until the broker's
     transaction timeout, and every read of the run's bookkeeping with it."""
-    from rewind.kafka.clients import producer as make_producer
-
     for unit_id in unit_ids:
         producer = make_producer(conf, **{"transactional.id": unit_transactional_id(run_id, unit_id)})
         try:

@@ -59,6 +59,7 @@ class Bookkeeping:
     """``rewind_stagings`` and ``rewind_unit_commits`` in the target's schema."""
 
     def __init__(self, schema: str | None) -> None:
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import BigInteger, Boolean, Column, DateTime, MetaData, String, Table, Text
 
         self.metadata = MetaData(schema=schema)

@@ -45,6 +45,7 @@ def check_output(sink: SqlSinkInternals, schema: pa.Schema) -> None:
 
 
 def check_target(sink: SqlSinkInternals, tx: Tx, name: TableName, schema: pa.Schema) -> None:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     cols = {c.name: c for c in sink._backend.columns(tx, name)}
@@ -96,6 +97,7 @@ def sqlite_temporal_refusal(name: TableName, f: pa.Field, declared: str) -> str:
     """Why a timestamp, date or time cannot go to a SQLite column of type ``declared``: the sink
     writes ISO-8601 text whatever the declaration, and only a column declared as a time type
     reads back as one (``rewind verify`` windows and buckets by it, ``compensate`` compares it)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     kind = "timestamp" if pa.types.is_timestamp(f.type) else "date" if pa.types.is_date(f.type) else "time"

@@ -8,6 +8,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 from rewind.core.store import filesystem
 from rewind.sinks.sql.exceptions import SqlSinkError
@@ -24,6 +25,7 @@ def prepare_columns(table: pa.Table, sqlite: bool = False) -> pa.Table:
     Timestamps become naive UTC text (``2026-10-01 00:00:00.000000``; the session is in UTC):
     casting a zoned timestamp to text is 35x slower in Arrow than a naive one.
     """
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     arrays = []
@@ -43,6 +45,7 @@ def prepare_columns(table: pa.Table, sqlite: bool = False) -> pa.Table:
 
 
 def to_csv(table: pa.Table) -> bytes:
+    # lazy: avoids pyarrow at import
     import pyarrow.csv as pcsv
 
     buf = io.BytesIO()
@@ -52,6 +55,7 @@ def to_csv(table: pa.Table) -> bytes:
 
 def read_batches(files: list[str], columns: list[str]) -> Iterator[pa.Table]:
     """The rows of ``files`` in chunks, only ``columns``, in that order."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -102,6 +106,7 @@ def prefetched(items: Iterable[Any], depth: int = 3) -> Iterator[Any]:
 
 
 def has_duplicates(keys: list[pa.Table]) -> bool:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if not keys:
@@ -115,12 +120,11 @@ def has_duplicates(keys: list[pa.Table]) -> bool:
 
 
 def uri_path(uri: str) -> str:
-    from urllib.parse import unquote, urlparse
-
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
 
 def files_schema(files: list[str], columns: list[str]) -> pa.Schema:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -58,6 +58,7 @@ def load_folded(
     sink: SqlSinkInternals, tx: Tx, sname: TableName, columns: list[str], files: list[str], fold: RowFold
 ) -> tuple[int, str]:
     """Steps 1-4 (module docstring) inside the commit's transaction; the rows written."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if not files:

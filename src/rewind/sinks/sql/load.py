@@ -16,6 +16,7 @@ from rewind.sinks.sql.backend import (
 )
 from rewind.sinks.sql.checks import check_staging
 from rewind.sinks.sql.encoding import files_have_duplicates, files_schema
+from rewind.sinks.sql.fold import load_folded
 from rewind.sinks.sql.names import TableName
 from rewind.sinks.sql.postgres import PostgresBackend
 
@@ -38,9 +39,8 @@ def write_files(sink: SqlSinkInternals,
     fold: RowFold | None = None,
 ) -> tuple[int, str, list[str]]:
     """Steps 3 to 5 of :meth:`commit`, inside its transaction."""
+    # lazy: avoids sqlalchemy at import
     from sqlalchemy import insert
-
-    from rewind.sinks.sql.fold import load_folded
 
     if done:
         log.warning(
@@ -78,6 +78,7 @@ def write_files(sink: SqlSinkInternals,
 def file_columns(sink: SqlSinkInternals, files: list[str]) -> list[str]:
     if not files:
         return []
+    # lazy: avoids pyarrow at import
     import pyarrow.parquet as pq
 
     fs, path = filesystem(files[0])
@@ -107,6 +108,7 @@ def load_files(
 
 
 def starts_empty(sink: SqlSinkInternals, tx: Tx, sname: TableName) -> bool:
+    # lazy: avoids sqlalchemy at import
     from sqlalchemy import select
 
     book = sink._tables(tx)

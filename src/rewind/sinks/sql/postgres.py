@@ -236,6 +236,7 @@ class PostgresBackend(Backend):
         tx.cur.execute(f"DROP TABLE {name.sql}")
 
     def is_lock_timeout(self, exc: BaseException) -> bool:
+        # lazy: avoids psycopg at import
         import psycopg.errors
 
         seen: BaseException | None = exc
@@ -261,6 +262,7 @@ class PostgresBackend(Backend):
 
     def copy_direct(self, tx: Tx, staging: TableName, columns: list[str], files: list[str]) -> int | None:
         """COPY straight into staging; None (and nothing written) when a row conflicts."""
+        # lazy: avoids psycopg at import
         import psycopg.errors
 
         tx.cur.execute("SAVEPOINT rewind_direct")
@@ -309,6 +311,7 @@ class PostgresBackend(Backend):
         return rows
 
     def read_arrow(self, tx: Tx, name: TableName, join: str = "") -> pa.Table:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
         import pyarrow.csv as pcsv
 

@@ -70,6 +70,7 @@ def _swap(
        run the renames; fault point ``postgres-<action>-before-commit``; commit;
        ``-after-commit``.
     """
+    # lazy: avoids sqlalchemy at import
     from sqlalchemy import select, update
 
     target, sname, prev = (
@@ -221,6 +222,7 @@ def cleanup_run(sink: SqlSinkInternals, staging: SqlStaging) -> dict[str, Any]:
     The caller must make sure no process is still running the run (its lease).
     """
 
+    # lazy: avoids sqlalchemy at import
     from sqlalchemy import delete, select, update
 
     target, sname, prev = (

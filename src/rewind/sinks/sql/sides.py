@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,9 @@ from typing import TYPE_CHECKING, Any
 from rewind.sinks.sql.backend import Tx
 from rewind.sinks.sql.exceptions import SqlSinkError
 from rewind.sinks.sql.names import TableName
+from rewind.sinks.sql.postgres import PostgresBackend
+from rewind.sinks.sql.sqlite import SqliteBackend
+from rewind.sinks.sql.types import arrow_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -76,9 +80,6 @@ class _ReadSlices:
                 yield from self._read(self.slices[index])
 
     def _read(self, piece: Slice) -> Iterator[pa.RecordBatch]:
-        from rewind.sinks.sql.postgres import PostgresBackend
-        from rewind.sinks.sql.sqlite import SqliteBackend
-
         backend = SqliteBackend() if self.sqlite else PostgresBackend()
         with _connect(self.url, self.sqlite, write_lock=False) as tx:
             if self.snapshot is not None:  # first statement of the transaction
@@ -118,6 +119,7 @@ def open_sides(
 def _side(spark: SparkSession, sink: SqlSink, tx: Tx, name: TableName, snapshot: str | None) -> DataFrame:
     """One table as a DataFrame: its slices read by the tasks, or (see the module docstring) its
     rows read here."""
+    # lazy: avoids pyspark at import
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     backend = sink._backend
@@ -153,10 +155,6 @@ def _pg_slices(tx: Tx, name: TableName) -> list[Slice]:
 def _sqlite_slices(tx: Tx, name: TableName, sink: SqlSink) -> list[Slice] | None:
     """Ranges of ``rowid`` of about ``SLICE_ROWS`` rows each, the first and last open; None for a
     table the tasks cannot read (see the module docstring)."""
-    import sqlite3
-
-    from rewind.sinks.sql.types import arrow_of
-
     if any(arrow_of(c.type, "sqlite") is None for c in sink._backend.columns(tx, name)):
         return None
     try:
@@ -183,6 +181,7 @@ def _sqlite_slices(tx: Tx, name: TableName, sink: SqlSink) -> list[Slice] | None
 def _connect(url: str, sqlite: bool, *, write_lock: bool) -> Iterator[Tx]:
     """A transaction on its own connection: PostgreSQL ``REPEATABLE READ``; SQLite ``BEGIN
     IMMEDIATE`` (``write_lock``, the driver's) or ``BEGIN`` (a task's read transaction)."""
+    # lazy: avoids sqlalchemy at import
     from sqlalchemy import create_engine, event
     from sqlalchemy.pool import NullPool
 

@@ -89,11 +89,12 @@ from rewind.sinks.sql.checks import check_output, check_same_shape, check_stagin
 from rewind.sinks.sql.exceptions import SqlSinkError, first_line
 from rewind.sinks.sql.fold import commit_folded
 from rewind.sinks.sql.load import unspool, write_files
-from rewind.sinks.sql.names import TableName, key_index_name, prev_name, run_tag, staging_name
+from rewind.sinks.sql.names import TableName, key_index_name, prev_name, quote_ident, run_tag, staging_name
 from rewind.sinks.sql.postgres import PostgresBackend
 from rewind.sinks.sql.publish import cleanup_run, promote_once, rollback_once, with_lock_retry
 from rewind.sinks.sql.sqlite import SqliteBackend
 from rewind.sinks.sql.staging import SqlStaging
+from rewind.sinks.sql.types import pg_type, sqlite_type
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -190,6 +191,7 @@ class SqlSink(StagingSink[SqlStaging]):
 
     def _engine(self) -> Engine:
         if self._engine_ is None:
+            # lazy: avoids sqlalchemy at import
             from sqlalchemy import create_engine, event
             from sqlalchemy.pool import NullPool
 
@@ -212,6 +214,7 @@ class SqlSink(StagingSink[SqlStaging]):
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Tx]:
         """One transaction: a SQLAlchemy connection and the driver's cursor on it."""
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy.exc import OperationalError
 
         try:
@@ -287,6 +290,7 @@ class SqlSink(StagingSink[SqlStaging]):
         schema with its unique index); (4) its base (row count and hash of the copied rows) is
         recorded in ``rewind_stagings`` so promotion can tell whether the target moved since.
         """
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import insert, select
 
         check_output(self, schema)
@@ -353,9 +357,6 @@ class SqlSink(StagingSink[SqlStaging]):
     def _add_new_columns(self, tx: Tx, name: TableName, sname: TableName, schema: pa.Schema) -> None:
         """A shadow's v2 gets the output's columns the target lacks (a new field of the read
         model), nullable, after the target's: v1's rows never had them."""
-        from rewind.sinks.sql.names import quote_ident
-        from rewind.sinks.sql.types import pg_type, sqlite_type
-
         have = {c.name for c in self._backend.columns(tx, name)}
         for f in schema:
             if f.name not in have:
@@ -393,6 +394,7 @@ class SqlSink(StagingSink[SqlStaging]):
         return set(self.committed_counts(staging, run_id))
 
     def committed_counts(self, staging: SqlStaging, run_id: str) -> dict[str, dict[str, Any]]:
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import select
 
         with self._tx() as tx:
@@ -424,6 +426,7 @@ class SqlSink(StagingSink[SqlStaging]):
         unit rows; (6) commit; then (7) delete the spooled files. ``fold``: step 4 folds the
         rows with staging's rows of their keys instead (:mod:`rewind.sinks.sql.fold`).
         """
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import select
 
         counts = json.loads((extra or {}).get(UNIT_COUNTS_KEY, "{}"))
@@ -483,6 +486,7 @@ class SqlSink(StagingSink[SqlStaging]):
     def rebase_target(self, staging: SqlStaging) -> dict[str, Any]:
         """Record the target as it is now as staging's base (a shadow's cut line, its writers
         stopped): the promotion then refuses a target that moved after this, not before."""
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import select, update
 
         sname = TableName.parse(staging.table)
@@ -538,6 +542,7 @@ class SqlSink(StagingSink[SqlStaging]):
 
     def read(self, spark: SparkSession, staging: SqlStaging) -> DataFrame:
         """Staging as a Spark DataFrame (through the driver's memory; see the module docstring)."""
+        # lazy: avoids pyspark at import
         from pyspark.sql.pandas.types import from_arrow_schema
 
         table = self.read_arrow(staging)
@@ -546,6 +551,7 @@ class SqlSink(StagingSink[SqlStaging]):
         return spark.createDataFrame(table)
 
     def _state(self, tx: Tx, sname: TableName) -> str | None:
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import select
 
         book = self._tables(tx)

@@ -137,6 +137,7 @@ class SqliteBackend(Backend):
     def read_arrow(self, tx: Tx, name: TableName, join: str = "") -> pa.Table:
         """All rows, each column as the Arrow type of its declared type in SQLite (``REAL`` is a
         double: :func:`arrow_of`), or typed by its values where the declaration fixes none."""
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         cols = self.columns(tx, name)
@@ -151,6 +152,7 @@ class SqliteBackend(Backend):
 
 def _column(values: list[Any], t: pa.DataType | None) -> pa.Array:
     """SQLite's values of one column as ``t`` (None: as the values come, see :func:`_untyped`)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if t is None:
@@ -174,6 +176,7 @@ def _untyped(values: list[Any]) -> pa.Array:
     """A column whose declared type fixes none: integers as int64, numbers with a double among
     them as float64 (NUMERIC affinity stores a whole double as an integer), all bytes as binary,
     anything else as text."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     kinds = {type(v) for v in values if v is not None}

@@ -79,6 +79,7 @@ class TaskLoader:
     ) -> tuple[dict[str, Any], bool]:
         """Load one unit; returns its counts as recorded (with its quarantine files) and
         whether this call loaded it (False: an earlier attempt had)."""
+        # lazy: avoids psycopg at import
         import psycopg.errors
 
         recorded = {**counts, QUARANTINE_FILES: list(quarantine_files)}
@@ -101,6 +102,7 @@ class TaskLoader:
     def _load_once(
         self, unit_id: str, files: list[str], recorded: dict[str, Any]
     ) -> tuple[dict[str, Any], bool]:
+        # lazy: avoids psycopg at import
         import psycopg
 
         sname = TableName.parse(self.staging)
@@ -182,6 +184,7 @@ def task_loader(sink: SqlSink, staging: SqlStaging, schema: pa.Schema) -> TaskLo
 
 
 def files_schema_names(uri: str) -> list[str]:
+    # lazy: avoids pyarrow at import
     import pyarrow.parquet as pq
 
     fs, path = filesystem(uri)

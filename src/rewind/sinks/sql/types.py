@@ -31,6 +31,7 @@ def type_modifiers(sql_type: str) -> tuple[int, int] | None:
 
 
 def is_nested(t: pa.DataType) -> bool:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     return bool(
@@ -43,6 +44,7 @@ def is_nested(t: pa.DataType) -> bool:
 
 def pg_type(t: pa.DataType) -> str:
     """The PostgreSQL type a new table gets for an Arrow type."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if pa.types.is_boolean(t):
@@ -114,6 +116,7 @@ NUMBER_TYPES = {"smallint", "integer", "bigint", "numeric", "decimal", "real", "
 
 def pg_compatible(t: pa.DataType, sql_type: str) -> bool:
     """Can a column of ``sql_type`` hold every value of Arrow type ``t`` (no silent loss)?"""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     base = base_type(sql_type)
@@ -171,6 +174,7 @@ def sqlite_compatible(t: pa.DataType, declared: str) -> bool:
     integer in a REAL column becomes a double; a number text in a NUMERIC column keeps 15
     significant digits), and the declared type is all the read path knows: a timestamp, date or
     time (written as ISO-8601 text) reads back as one only from a column declared as one."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if pa.types.is_temporal(t):
@@ -232,6 +236,7 @@ def arrow_of(sql_type: str, backend: BackendKind) -> pa.DataType | None:
 
 def pg_arrow_of(sql_type: str) -> pa.DataType:
     """The Arrow type a PostgreSQL column (``format_type``'s name) reads back as."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     base = base_type(sql_type)
@@ -265,6 +270,7 @@ def sqlite_arrow_of(declared: str) -> pa.DataType | None:
     names the sink creates (``BOOLEAN``, ``DATE``, ``TIMESTAMP``/``DATETIME``, ``TIME``,
     ``NUMERIC(p,s)``) read as their type; any other is None.
     """
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     affinity = sqlite_affinity(declared)
@@ -294,6 +300,7 @@ def sqlite_arrow_of(declared: str) -> pa.DataType | None:
 
 def from_text(text: pa.Array, t: pa.DataType) -> pa.Array:
     """Text as SQLite keeps it (ISO-8601, with or without a zone) to ``t``."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if pa.types.is_timestamp(t) and t.tz:
