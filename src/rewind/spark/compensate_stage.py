@@ -22,13 +22,16 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.columns import LINEAGE_PREFIX
 from rewind.errors import RewindError
-from rewind.kafka.compensation import Messages, UnitWriter, key_text
+from rewind.kafka.compensation import Messages, UnitTransaction, UnitWriter, key_text
+from rewind.kafka.partitioner import partitions_for
+from rewind.spark.job_stage import task_error
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,6 +57,7 @@ class CompensateStageError(RewindError):
 
 def changes(old: DataFrame, new: DataFrame, key: list[str]) -> DataFrame:
     """Step 1 of the module docstring."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     old_cols = [c for c in old.columns if not c.startswith(LINEAGE_PREFIX)]
@@ -89,9 +93,8 @@ class _Place:
     partitions: int
 
     def __call__(self, *columns: pa.Array) -> pa.Array:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
-
-        from rewind.kafka.partitioner import partitions_for
 
         kb = key_texts(columns)
         parts = partitions_for(kb.to_numpy(zero_copy_only=False).tolist(), self.partitions)
@@ -101,6 +104,7 @@ class _Place:
 def key_texts(columns: tuple[pa.Array, ...]) -> pa.Array:
     """:func:`rewind.kafka.compensation.key_text` of each row, as a binary column: a single text
     or integer key column by Arrow's cast (the same text as ``str``), anything else row by row."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if len(columns) == 1:
@@ -116,8 +120,7 @@ def key_texts(columns: tuple[pa.Array, ...]) -> pa.Array:
 def placed(diff: DataFrame, key: list[str], partitions: int) -> DataFrame:
     """Step 2 of the module docstring: the key's text and partition by an Arrow UDF over the key
     columns; the bucket by Spark's ``crc32`` (zlib's)."""
-    import warnings
-
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
     from pyspark.sql.functions import ArrowUDFType
 
@@ -134,6 +137,7 @@ def placed(diff: DataFrame, key: list[str], partitions: int) -> DataFrame:
 
 def bucket_counts(df: DataFrame) -> list[tuple[int, int, int, int, int]]:
     """Step 3: (partition, bucket, changes, with an old row, with a new row), sorted."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     rows = (
@@ -163,6 +167,7 @@ class _Produce:
     done: frozenset[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids numpy at import
         import numpy as np
 
         clock = dict.fromkeys(TASK_STEPS, 0.0)
@@ -216,8 +221,6 @@ class _Produce:
             raise
 
     def _open(self, index: int) -> Any:
-        from rewind.kafka.compensation import UnitTransaction
-
         unit_id = self.unit_ids[index]
         if unit_id in self.done:  # the driver read its marker: skip its rows
             return _Skipped(unit_id)
@@ -226,6 +229,7 @@ class _Produce:
 
     def _finish(self, unit: Any, clock: dict[str, float]) -> pa.RecordBatch:
         """The unit's result row, with the task's seconds since the previous one (then reset)."""
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         if isinstance(unit, _Skipped):
@@ -271,6 +275,7 @@ class _Skipped:
 def _first_attempt() -> bool:
     """The Spark task's first attempt: no earlier attempt of this task can have committed a unit
     the driver did not see (a retried or speculative one may follow one that did)."""
+    # lazy: avoids pyspark at import
     from pyspark import TaskContext
 
     task = TaskContext.get()
@@ -293,9 +298,8 @@ def run_units(
     sends to the unit's own partition, :func:`_labels`), so a task holds exactly one unit and
     needs no sort; Spark runs the units' tasks as cores free up, which balances them. Units in
     ``done`` are left out before the shuffle."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
-
-    from rewind.spark.job_stage import task_error
 
     todo = [i for i, u in enumerate(unit_ids) if u not in done]
     if not todo:
@@ -324,6 +328,7 @@ def _labels(spark: SparkSession, count: int) -> list[int]:
     """For each partition ``i < count`` of a ``repartition(count, column)``, an int that Spark's
     hash partitioning (``pmod(hash(value), count)``, the SQL ``hash``'s murmur3) sends there:
     asked of Spark itself over a few candidates per partition (a tiny job)."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     found: dict[int, int] = {}

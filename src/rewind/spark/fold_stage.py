@@ -38,6 +38,8 @@ from rewind.core.columns import (
 from rewind.core.parquet import write_parquet
 from rewind.core.store import WarehouseStore, active_store
 from rewind.errors import RewindError
+from rewind.spark.job_stage import StageError, task_error
+from rewind.translate.functions import load_callable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,6 +89,7 @@ def fold_frame(rows: pd.DataFrame, key: list[str], fold: Any) -> pd.DataFrame:
     source system and effective time too, when the spec's ``lineage:`` asks; without a fold,
     the rows unchanged). Pure pandas (no Spark): the contract checks are testable on their own.
     """
+    # lazy: avoids pandas at import
     import pandas as pd
 
     if fold is None:  # only the window is kept: rows pass as they are
@@ -120,6 +123,7 @@ def fold_arrow(rows: pa.Table, key: list[str], fold: Any, schema: pa.Schema) -> 
     """:func:`fold_frame` over Arrow rows (pandas' nullable integers, as a fold task gets them),
     back to ``schema``: a shadow's tail folds a micro-batch's partial rows together with v2's
     current rows of the same keys with it, in the driver."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     frame = fold_frame(rows.to_pandas(types_mapper=_nullable), key, fold)
@@ -127,6 +131,7 @@ def fold_arrow(rows: pa.Table, key: list[str], fold: Any, schema: pa.Schema) -> 
 
 
 def _outside(frame: pd.DataFrame, column: str, window: tuple[datetime, datetime]) -> pd.Series:
+    # lazy: avoids pandas at import
     import pandas as pd
 
     values = pd.to_datetime(frame[column], utc=True)
@@ -137,6 +142,7 @@ def _outside(frame: pd.DataFrame, column: str, window: tuple[datetime, datetime]
 def _nullable(arrow_type: pa.DataType) -> Any:
     """Integers and booleans as pandas' nullable dtypes, as the translate gets them: a null in a
     task must not turn the column into floats (2**53 + 1 would come back as 2**53)."""
+    # lazy: avoids pandas, pyarrow at import
     import pandas as pd
     import pyarrow as pa
 
@@ -158,9 +164,8 @@ class FoldPartitions:
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
-
-        from rewind.translate.functions import load_callable
 
         ctx = self.ctx
         schema = schema_from_b64(ctx.schema_b64)
@@ -188,9 +193,8 @@ class FoldPartitions:
 
 def run_fold(rows: DataFrame, ctx: FoldContext, partitions: int) -> tuple[list[str], FoldCounts]:
     """Fold ``rows`` (the run's staged rows) in Spark; the files written and the totals."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
-
-    from rewind.spark.job_stage import StageError, task_error
 
     mine = rows.where(F.col(RUN_ID) == ctx.run_id).repartition(max(1, partitions), *ctx.key)
     try:

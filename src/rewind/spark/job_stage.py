@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import QUARANTINE_FILES_KEY, RecordCounts
 from rewind.core.parquet import open_writer
+from rewind.core.ranges import OffsetRange
 from rewind.core.store import WarehouseStore, activate, active_store
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
@@ -30,12 +31,12 @@ from rewind.spark.pace_server import PACE_OPTION, PaceAddress
 from rewind.spark.progress_channel import PROGRESS_OPTION, ProgressAddress, TaskReporter
 from rewind.spark.stage_clock import StageClock, TimedDecoder, add_stage_seconds
 from rewind.spark.unit_produce import read_ranges
+from rewind.spec import JobSpec
+from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-
-    from rewind.core.ranges import OffsetRange
 
 ArchiveReader = Callable[[list["OffsetRange"]], "DataFrame"]
 """Reads offset ranges from the lake archive as a DataFrame in Kafka's schema."""
@@ -149,11 +150,11 @@ class ProcessUnits:
         self.ctx = ctx
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from rewind.spec import JobSpec
-        from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
+        # lazy: avoids numpy, pandas, pyarrow at import
         from rewind.translate.process import ProcessContext, process_batch
 
         spec = JobSpec.model_validate_json(self.ctx.spec_json)
@@ -258,6 +259,7 @@ def coalesced(
     A fetch response (20,000 records) split over a task's 4 partitions gives ~5,000 records
     per unit, and ``process_batch`` costs ~1.5x more per record at that size than at 100,000
     (pandas and Arrow's per-call costs; measured, ``bench/RESULTS.md`` "#18.1")."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     held: list[pa.RecordBatch] = []
@@ -275,6 +277,7 @@ def coalesced(
 
 
 def result_arrow_schema() -> pa.Schema:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     return pa.schema(
@@ -360,6 +363,7 @@ def _fetched_in_tasks(spark: SparkSession, ctx: StageContext) -> DataFrame | Non
         return None
     if os.environ.get("REWIND_WAVE_READ", "tasks") == "reader":
         return None
+    # lazy: avoids pyspark at import
     from rewind.spark.kafka_source import KafkaBatchReader, RangesPartition
 
     options = reader_options(ctx)
@@ -387,7 +391,7 @@ class FetchAndProcess:
         self.ctx, self.options, self.tasks = ctx, options, tasks
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from rewind.core.ranges import OffsetRange
+        # lazy: avoids pyspark at import
         from rewind.spark.kafka_source import KafkaBatchReader, RangesPartition
 
         reader = KafkaBatchReader(self.options)

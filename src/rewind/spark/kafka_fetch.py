@@ -12,6 +12,7 @@ partition that ends on a control marker never delivers a record at ``end - 1``).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rewind.core.arrow import kafka_record_schema
 from rewind.core.ranges import OffsetRange
 from rewind.errors import RewindError
+from rewind.kafka.clients import private_consumer
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -78,9 +80,8 @@ def fetch_ranges(
         raise ValueError("fetch_ranges needs ranges of distinct partitions")
     if not ends:
         return
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaError, TopicPartition
-
-    from rewind.kafka.clients import private_consumer
 
     schema = kafka_record_schema(include_headers)
     consumer = private_consumer({**FETCH_DEFAULTS, **conf}, "read", route_logs=False)
@@ -146,6 +147,7 @@ def _last_and_mask(
 ) -> tuple[dict[tuple[str, int], int], pa.Array | None]:
     """The last offset per partition in a response, and (when a range ends inside it) the mask
     of the records below their range's end; None: every record is inside its range."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
@@ -183,8 +185,7 @@ def _to_batch(
     Each field is taken with ``map`` over the unbound method and numeric columns go through
     numpy: about 1.5x faster than a comprehension per column (measured, ``bench/RESULTS.md``
     "#18.1"), and this is most of a task's read cost."""
-    import itertools
-
+    # lazy: avoids confluent_kafka, numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
     from confluent_kafka import Message
@@ -220,6 +221,7 @@ def _to_batch(
 def _binary(items: list[bytes | None]) -> pa.Array:
     """A binary array from one joined buffer and the lengths (pyarrow's conversion checks every
     item); pyarrow's own when an item is null (a tombstone) or the batch passes 2 GiB."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
@@ -243,6 +245,7 @@ def partitions_in(table: pa.Table) -> list[tuple[str, int]]:
 
 def partition_counts(batch: pa.RecordBatch) -> dict[tuple[str, int], int]:
     """Records per (topic, partition) of a batch in Kafka's schema."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     counts = pa.Table.from_batches([batch]).group_by(["topic", "partition"]).aggregate([([], "count_all")])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
@@ -34,14 +35,20 @@ from pyspark.sql.types import (
 )
 
 from rewind.core.ranges import OffsetRange, group_for_tasks
-from rewind.spark.kafka_fetch import fetch_ranges
+from rewind.kafka.read_plan import ReadPlan
+from rewind.kafka.resolve import resolve
+from rewind.kafka.spark_options import parse_spark_options
+from rewind.spark.kafka_fetch import BATCH_MESSAGES, fetch_ranges, partition_counts
 from rewind.spark.kafka_options import client_conf, flag, lower_keys, positive_float, positive_int
+from rewind.spark.kafka_stream import KafkaStreamReader
+from rewind.spark.kafka_writer import make_writer
+from rewind.spark.pace_server import PaceAddress, RemotePacer
 from rewind.spark.progress_channel import PROGRESS_OPTION, ProgressAddress, TaskReporter
+from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from rewind.kafka.read_plan import ReadPlan
     from rewind.spark.ratelimit import Pacer
 
 
@@ -84,13 +91,9 @@ class KafkaDataSource(DataSource):
         return KafkaBatchReader(dict(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from rewind.spark.kafka_stream import KafkaStreamReader
-
         return KafkaStreamReader(dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from rewind.spark.kafka_writer import make_writer
-
         return make_writer(schema, overwrite, dict(self.options))
 
 
@@ -112,10 +115,6 @@ class KafkaBatchReader(DataSourceReader):
         self.rate_limit_dir = lower_keys(options).get("ratelimitdir")
 
     def _plan(self) -> ReadPlan:
-        from rewind.kafka.read_plan import ReadPlan
-        from rewind.kafka.resolve import resolve
-        from rewind.kafka.spark_options import parse_spark_options
-
         given = lower_keys(self.options).get("plan")
         if given:
             return ReadPlan.from_json(given)
@@ -158,20 +157,13 @@ class KafkaBatchReader(DataSourceReader):
             return None
         served = lower_keys(self.options).get("ratelimitserver")
         if served:
-            from rewind.spark.pace_server import PaceAddress, RemotePacer
-
             return RemotePacer(PaceAddress.from_json(served))
-        from pathlib import Path
-
-        from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path
 
         limit = RateLimit(self.max_records_per_second, self.max_bytes_per_second)
         folder = Path(self.rate_limit_dir) if self.rate_limit_dir else default_state_dir()
         return SharedFilePacer(limit, shared_state_path(folder, f"read-{self.rate_limit_id}"))
 
     def _batch_size(self) -> int:
-        from rewind.spark.kafka_fetch import BATCH_MESSAGES
-
         if self.max_records_per_second is None:
             return BATCH_MESSAGES
         # a response is paid for as a whole: keep it to a small slice of a second's quota
@@ -190,8 +182,6 @@ def _reported(
             if only is not None:
                 reporter.add(only, batch.num_rows)
             else:
-                from rewind.spark.kafka_fetch import partition_counts
-
                 for tp, n in partition_counts(batch).items():
                     if tp in ids:
                         reporter.add(ids[tp], n)

@@ -48,6 +48,9 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from rewind.core.ranges import OffsetRange, group_for_tasks
 from rewind.errors import RewindError
+from rewind.kafka.clients import private_consumer
+from rewind.kafka.resolve import last_stable_offsets, resolve
+from rewind.kafka.spark_options import parse_spark_options
 from rewind.spark.kafka_fetch import fetch_ranges
 from rewind.spark.kafka_options import (
     KafkaOptionError,
@@ -142,9 +145,6 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         A starting offset named explicitly below the first offset still in Kafka is data loss.
         """
-        from rewind.kafka.resolve import resolve
-        from rewind.kafka.spark_options import parse_spark_options
-
         batch_only = {n.lower() for n in _BATCH_ONLY_OPTIONS}
         opts = {k: v for k, v in self.options.items() if k.lower() not in batch_only}
         if not with_start:
@@ -178,7 +178,6 @@ class KafkaStreamReader(DataSourceStreamReader):
         ends = {tp: high for tp, (high, _listed) in highs.items()}
         if str(self.conf.get("isolation.level", "read_committed")) != "read_committed" or not highs:
             return ends
-        from rewind.kafka.resolve import last_stable_offsets
 
         for tp, stable in last_stable_offsets(self.conf, highs).items():
             high, listed = highs[tp]
@@ -273,9 +272,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         out = {key: self._lows[key] for key in keys if key in self._lows}
         unknown = [key for key in keys if key not in out]
         if unknown:
+            # lazy: avoids confluent_kafka at import
             from confluent_kafka import TopicPartition
-
-            from rewind.kafka.clients import private_consumer
 
             consumer = private_consumer(self.conf, "stream-plan")
             try:

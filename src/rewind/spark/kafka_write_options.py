@@ -115,6 +115,7 @@ class RecordLayout:
     @classmethod
     def from_schema(cls, schema: StructType, options: WriterOptions) -> RecordLayout:
         """Check the DataFrame's columns against Spark's Kafka sink rules."""
+        # lazy: avoids pyspark at import
         from pyspark.sql.types import (
             ArrayType,
             BinaryType,

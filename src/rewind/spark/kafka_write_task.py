@@ -110,6 +110,7 @@ class WriteTask:
 
     def _open(self) -> Producer:
         """Steps 1-2 (see the class docstring): the producer, and the task's transaction."""
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import KafkaException
 
         try:
@@ -139,6 +140,7 @@ class WriteTask:
     # -- producing ---------------------------------------------------------------------
 
     def _write_batch(self, batch: pa.RecordBatch) -> None:
+        # lazy: avoids pyarrow at import
         import pyarrow.compute as pc
 
         producer = self.producer or self._open()
@@ -165,6 +167,7 @@ class WriteTask:
 
     def _produce_rows(self, producer: Producer, batch: pa.RecordBatch) -> None:
         """The hot loop: one ``produce`` per row over per-column Python lists."""
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import KafkaException
 
         layout = self.layout
@@ -206,6 +209,7 @@ class WriteTask:
 
     def _produce_when_room(self, call: Callable[..., None], args: tuple[Any, ...]) -> None:
         """The local queue is full: serve deliveries until the record fits."""
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import KafkaException
 
         assert self.producer is not None
@@ -237,6 +241,7 @@ def _pylist(column: pa.Array) -> list[Any]:
 
 def _row_sizes(batch: pa.RecordBatch, layout: RecordLayout) -> pa.Array:
     """Bytes of each row as Kafka counts payload: key + value + header keys and values."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -244,6 +249,7 @@ def _row_sizes(batch: pa.RecordBatch, layout: RecordLayout) -> pa.Array:
     if layout.key:
         sizes = pc.add(sizes, pc.fill_null(pc.binary_length(batch.column("key")), 0))
     if layout.headers:
+        # lazy: avoids numpy at import
         import numpy as np
 
         # per-row sums of a list column: differences of a running total at the list offsets
@@ -261,6 +267,7 @@ def _row_sizes(batch: pa.RecordBatch, layout: RecordLayout) -> pa.Array:
 
 
 def _partitions(batch: pa.RecordBatch) -> list[int]:
+    # lazy: avoids pyarrow at import
     import pyarrow.compute as pc
 
     return _pylist(pc.fill_null(batch.column("partition"), -1))
@@ -268,6 +275,7 @@ def _partitions(batch: pa.RecordBatch) -> list[int]:
 
 def _timestamps(batch: pa.RecordBatch, kind: TimestampKind) -> list[int]:
     """Record timestamps in epoch ms; 0 (librdkafka: "now") where the column is null."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -77,11 +77,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 from rewind.errors import ConfigError
 from rewind.spark.kafka_write_options import FORMAT_NAME, RecordLayout, WriterOptions
 from rewind.spark.kafka_write_task import KafkaWriteCommitMessage, WriteTask
+from rewind.spark.pace_server import PaceAddress, RemotePacer
 from rewind.spark.ratelimit import (
     LocalPacer,
     Pacer,
@@ -139,8 +141,6 @@ class KafkaArrowWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaWriteCommitMessage:
         """Produce every row of this task's batches; return counts once all are acknowledged."""
-        from pyspark import TaskContext
-
         context = TaskContext.get()
         partition_id = context.partitionId() if context is not None else 0
         attempt = context.attemptNumber() if context is not None else 0
@@ -155,8 +155,6 @@ class KafkaArrowWriter(DataSourceArrowWriter):
         if limit.unlimited:
             return None
         if self.options.rate_limit_server:
-            from rewind.spark.pace_server import PaceAddress, RemotePacer
-
             return RemotePacer(PaceAddress.from_json(self.options.rate_limit_server))
         if self.options.num_tasks is not None:
             return LocalPacer(limit.share(self.options.num_tasks))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.counts import RecordCounts
+from rewind.spark.job_stage import wave_source
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,6 +52,7 @@ class LatestPerKey:
     def split(self, records: pa.Table, topic: str, partition: int) -> tuple[pa.Table, RecordCounts]:
         """The records of one partition to process, and the counts of those it leaves out
         (all filtered)."""
+        # lazy: avoids numpy, pyarrow at import
         import numpy as np
         import pyarrow as pa
 
@@ -67,10 +69,9 @@ def latest_per_key(
     spark: SparkSession, ctx: StageContext, read_archive: ArchiveReader | None
 ) -> LatestPerKey:
     """Step 1 above, over every unit of ``ctx`` (progress is not reported: the waves do)."""
+    # lazy: avoids numpy, pyspark at import
     import numpy as np
     from pyspark.sql import functions as F
-
-    from rewind.spark.job_stage import wave_source
 
     source = wave_source(spark, replace(ctx, progress=None), read_archive)
     if source is None:

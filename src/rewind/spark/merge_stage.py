@@ -30,7 +30,10 @@ from typing import TYPE_CHECKING
 from rewind.core.arrow import schema_from_b64
 from rewind.core.merge import MergePolicy, decide, key_array
 from rewind.core.merge_keys import key_codes
-from rewind.core.store import WarehouseStore, active_store
+from rewind.core.parquet import write_parquet
+from rewind.core.store import WarehouseStore, active_store, remove_files_under
+from rewind.spark.job_stage import StageError, task_error
+from rewind.spark.parquet_files import read_parquet_files
 
 if TYPE_CHECKING:
     import numpy as np
@@ -87,6 +90,7 @@ class ReadContested:
         self.ctx, self.out = ctx, out
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids numpy, pyarrow at import
         import numpy as np
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -119,6 +123,7 @@ class DecideContested:
         self.ctx = ctx
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         parts = [b for b in batches if b.num_rows]
@@ -140,6 +145,7 @@ class DecideContested:
 def decide_rows(rows: pa.Table, ctx: MergeContext) -> Decided:
     """Step 3 on some keys' contested rows (with :data:`AT` and :data:`MINE`): the run's in the
     driver's order, then live's, through :func:`decide`; pure Arrow, testable without Spark."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
@@ -176,14 +182,11 @@ def decide_in_spark(
     The files' positions reach the tasks as one Parquet file under ``folder`` (removed after),
     not inside the plan: a local relation is serialized into every task, and the JVM driver's
     heap is the limit there (a re-drive's ran out at a million rows)."""
+    # lazy: avoids numpy, pyarrow, pyspark at import
     import numpy as np
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-    from rewind.core.parquet import write_parquet
-    from rewind.core.store import remove_files_under
-    from rewind.spark.job_stage import StageError, task_error
-    from rewind.spark.parquet_files import read_parquet_files
 
     schema = schema_from_b64(ctx.schema_b64)
     wide = pa.schema([*schema, pa.field(AT, pa.int64()), pa.field(MINE, pa.bool_())])

@@ -35,7 +35,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rewind.spark.progress_channel import driver_addresses
 from rewind.spark.ratelimit import RateLimit, reserve, wait_until
+from rewind.spark.topology import master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -186,8 +188,6 @@ class RemotePacer:
 def needs_pace_server(spark: SparkSession) -> bool:
     """Whether tasks may run on more than one host (any master but ``local``; a Connect
     server's master as its conf says)."""
-    from rewind.spark.topology import master
-
     return not master(spark).startswith("local")
 
 
@@ -198,7 +198,6 @@ def pace_server_for(spark: SparkSession, limit: RateLimit | None) -> Iterator[Pa
     if limit is None or limit.unlimited or not needs_pace_server(spark):
         yield None
         return
-    from rewind.spark.progress_channel import driver_addresses
 
     bind, advertise = driver_addresses(spark)
     server = PaceServer(limit, bind, advertise)

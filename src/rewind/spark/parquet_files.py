@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rewind.core.parquet import open_writer
 from rewind.core.store import WarehouseStore, active_store, is_local_uri
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def read_parquet_files(
         python = not all(is_local_uri(p) for p in paths)
     if not python or not paths:
         return spark.read.schema(schema).parquet(*paths) if paths else spark.createDataFrame([], schema)
+    # lazy: avoids pyspark at import
     from pyspark.sql.pandas.types import to_arrow_schema
 
     reader = _ReadFiles(tuple(paths), to_arrow_schema(schema), store or active_store())
@@ -62,6 +64,7 @@ class _ReadFiles:
                 yield from self._read(self.paths[i])
 
     def _read(self, uri: str) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -86,6 +89,7 @@ def write_parquet_files(
     """Write ``df`` as Parquet files under ``folder_uri`` from the Python tasks (one file per
     non-empty partition, through pyarrow: Spark's own writer cannot reach an object store) and
     return the files' URIs. Files of a failed attempt are orphans: only the returned ones count."""
+    # lazy: avoids pyspark at import
     from pyspark.sql.pandas.types import to_arrow_schema
 
     writer = _WriteFiles(folder_uri, prefix, to_arrow_schema(df.schema), store or active_store())
@@ -100,9 +104,8 @@ class _WriteFiles:
     store: WarehouseStore
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
-
-        from rewind.core.parquet import open_writer
 
         writer, uri = None, ""
         try:

@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from rewind.spark.topology import is_connect, tasks_on_this_host
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -124,6 +126,7 @@ class TaskReporter:
 def _task_identity() -> tuple[str, int]:
     """(Spark partition, attempt number) of the running task; outside Spark a unique split."""
     try:
+        # lazy: avoids pyspark at import
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -239,8 +242,6 @@ def open_listener(spark: SparkSession) -> ProgressListener:
 
 def driver_addresses(spark: SparkSession) -> tuple[str, str]:
     """(address to bind, host the tasks send to) for this session's executors."""
-    from rewind.spark.topology import is_connect, tasks_on_this_host
-
     if tasks_on_this_host(spark):  # a local master here, classic or behind a Connect server
         return "127.0.0.1", "127.0.0.1"
     if is_connect(spark):

@@ -29,6 +29,9 @@ from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import RecordCounts
 from rewind.core.parquet import open_writer
 from rewind.core.store import WarehouseStore, activate, active_store
+from rewind.spark.job_stage import StageError, task_error
+from rewind.spec import JobSpec
+from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,6 +60,7 @@ class RedriveContext:
 
 def kafka_batch(entries: pa.Table) -> pa.Table:
     """Quarantine entries as the Kafka records they were (the reader's schema)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     return pa.table(
@@ -79,10 +83,10 @@ class RedriveRecords:
         self.ctx = ctx
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
-        from rewind.spec import JobSpec
-        from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
+        # lazy: avoids numpy, pandas, pyarrow at import
         from rewind.translate.process import ProcessContext, process_batch
 
         ctx = self.ctx
@@ -140,8 +144,6 @@ def run_redrive(
 ) -> tuple[list[str], list[str], RecordCounts]:
     """Steps 1-4 of the module docstring over ``entries`` (:data:`ENTRY_COLUMNS`) in ``tasks``
     tasks; the rows' files, the quarantine's files and the summed counts."""
-    from rewind.spark.job_stage import StageError, task_error
-
     spread = entries.select(*ENTRY_COLUMNS).repartition(max(1, tasks))
     try:
         results = spread.mapInArrow(RedriveRecords(ctx), RESULT_SCHEMA).collect()

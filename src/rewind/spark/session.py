@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from rewind.config import Settings, load_settings
 from rewind.javacheck import require_java
+from rewind.spark.topology import default_parallelism as asked
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,7 +56,7 @@ def _quiet_query_context_loggers() -> None:
     same name turns the query's error into a ``TypeError``). Create them as such, disabled:
     the error itself still reaches the caller, which reports it on one line."""
     try:
-        from pyspark.logger import PySparkLogger
+        from pyspark.logger import PySparkLogger  # lazy: avoids pyspark at import
     except ImportError:  # an older PySpark: nothing to quiet
         return
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
@@ -65,6 +66,7 @@ def _quiet_query_context_loggers() -> None:
 def session(settings: Settings | None = None, app_name: str | None = None) -> SparkSession:
     """Return the active Rewind SparkSession, creating it on first call."""
     settings = settings or load_settings()
+    # lazy: avoids pyspark at import
     from pyspark.sql import SparkSession
 
     _quiet_query_context_loggers()
@@ -125,7 +127,7 @@ def register(spark: SparkSession) -> list[str]:
 
 
 def _data_sources() -> list[type[DataSource]]:
-    # imported here: pyspark's datasource module is heavy and the CLI mostly does not need it
+    # lazy: pyspark's datasource module is heavy and the CLI mostly does not need it
     from rewind.spark.sources import DATA_SOURCES
 
     return list(DATA_SOURCES)
@@ -133,6 +135,4 @@ def _data_sources() -> list[type[DataSource]]:
 
 def default_parallelism(spark: SparkSession) -> int:
     """How many tasks keep the cluster busy (:func:`rewind.spark.topology.default_parallelism`)."""
-    from rewind.spark.topology import default_parallelism as asked
-
     return asked(spark)

@@ -24,6 +24,7 @@ class SnapshotRowsError(RewindError):
 
 def with_state_rows(rows: DataFrame, state: DataFrame, run_id: str, table: str) -> DataFrame:
     """``rows`` (the run's staged rows) with the snapshot's rows added as rows of ``run_id``."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     missing = [c for c in rows.columns if not c.startswith(LINEAGE_PREFIX) and c not in state.columns]

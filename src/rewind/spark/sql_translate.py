@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING
 
 from rewind.core.columns import ROW, ROW_INDEX
 from rewind.errors import RewindError
+from rewind.spark import session
+from rewind.translate.columns import user_columns
+from rewind.translate.factory import make_decoder
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,6 +49,7 @@ class SqlTranslator:
     def _view(self, events: pd.DataFrame) -> DataFrame:
         frame = events.reset_index(drop=True)
         if frame.empty:
+            # lazy: avoids pyarrow, pyspark at import
             import pyarrow as pa
             from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -87,10 +91,6 @@ class SqlTranslator:
 def sql_translator(settings: Settings, spec: JobSpec) -> tuple[SqlTranslator, tuple[str, bool, str]]:
     """The plan's translate gate for a SQL job: the query analysed over the view ``events``
     typed as decode gives it (when decode knows the fields up front; else the sample shows)."""
-    from rewind.spark import session
-    from rewind.translate.columns import user_columns
-    from rewind.translate.factory import make_decoder
-
     query = spec.translate.sql
     assert query is not None
     translator = SqlTranslator(session(settings), query)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.columns import ROW, SRC_KEY
+from rewind.core.ranges import OffsetRange
 from rewind.errors import RewindError
 from rewind.spark.job_stage import (
     RESULT_SCHEMA,
@@ -45,6 +46,7 @@ from rewind.spark.job_stage import (
     task_error,
     wave_source,
 )
+from rewind.spark.kafka_fetch import fetch_ranges
 from rewind.spark.sql_translate import VIEW, SqlTranslateError
 from rewind.spark.sql_wave_tasks import (
     ROW_BITS,
@@ -56,6 +58,8 @@ from rewind.spark.sql_wave_tasks import (
     WaveQuery,
     row_id,
 )
+from rewind.spec import JobSpec
+from rewind.translate.factory import make_decoder
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,10 +79,9 @@ def view_schema(ctx: StageContext, sample: Callable[[], pa.Table]) -> pa.Schema:
     """The Arrow schema of the view ``events``: the decoder's declared fields, or (schemaless
     JSON, table rows) those of the wave's first records (``sample()``), then the input columns,
     ``_rewind_row`` an int64."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
-    from rewind.spec import JobSpec
-    from rewind.translate.factory import make_decoder
 
     decoder = make_decoder(JobSpec.model_validate_json(ctx.spec_json).decode)
     declared = decoder.empty_events()
@@ -127,12 +130,11 @@ class _Wave:
         self.schema = view_schema(ctx, self._sample)
 
     def _sample(self) -> pa.Table:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         if self.records is not None:
             return self.records.drop(UNIT).limit(SAMPLE_ROWS).toArrow()
-        from rewind.core.ranges import OffsetRange
-        from rewind.spark.kafka_fetch import fetch_ranges
 
         first = self.ctx.units[0]
         window = OffsetRange(
@@ -142,6 +144,7 @@ class _Wave:
         return pa.Table.from_batches(batches) if batches else pa.table({})
 
     def ddl(self) -> Any:
+        # lazy: avoids pyspark at import
         from pyspark.sql.pandas.types import from_arrow_schema
 
         return from_arrow_schema(self.schema)
@@ -149,6 +152,7 @@ class _Wave:
     def events(self, part: tuple[int, int, int] | None = None) -> DataFrame:
         """The view's rows: of the whole wave, or of ``part`` (unit ordinal, first and end
         offset within the unit)."""
+        # lazy: avoids pyspark at import
         from pyspark.sql import functions as F
 
         if self.records is not None:
@@ -164,6 +168,7 @@ class _Wave:
             return records.mapInArrow(decode, self.ddl())
         assert self.fetch is not None
         if part is None:
+            # lazy: avoids pyspark at import
             from rewind.spark.kafka_source import KafkaBatchReader, RangesPartition
 
             reader = KafkaBatchReader(self.fetch)  # the reader's own grouping of ranges into tasks
@@ -190,6 +195,7 @@ class _Wave:
         self, part: tuple[int, int, int] | None = None, without: frozenset[int] = frozenset()
     ) -> DataFrame:
         """The query's rows over the wave (or ``part`` of it), minus records ``without``."""
+        # lazy: avoids pyspark at import
         from pyspark.sql import functions as F
 
         events = self.events(part)
@@ -205,6 +211,7 @@ class _Wave:
         return out.withColumn(UNIT, F.shiftright(F.col(ROW), ROW_BITS).cast("int"))
 
     def finish(self, failed: dict[int, tuple[str, str]]) -> dict[str, UnitOutput]:
+        # lazy: avoids pyspark at import
         from pyspark.sql import functions as F
 
         rows = self.rows(without=frozenset(failed))
@@ -281,6 +288,7 @@ def run_sql_wave(
     spark: SparkSession, ctx: StageContext, query: str, read_archive: ArchiveReader | None = None
 ) -> dict[str, UnitOutput]:
     """One wave of a SQL job on the executors; the same files and counts as :func:`run_wave`."""
+    # lazy: avoids pyspark at import
     from pyspark import StorageLevel
 
     for unit in ctx.units:
@@ -294,6 +302,7 @@ def run_sql_wave(
     source = wave_source(spark, ctx, read_archive)
     if source is None:
         return {u.id: UnitOutput(u.id) for u in ctx.units}
+    # lazy: avoids pyspark at import
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     tag: Any = TagUnits(ctx.units)

@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.arrow import schema_from_b64
 from rewind.core.columns import ROW, ROW_INDEX
+from rewind.core.ranges import OffsetRange
 from rewind.core.store import activate
 from rewind.errors import RewindError
-from rewind.spark.job_stage import StageContext, unit_result_rows
+from rewind.spark.job_stage import StageContext, UnitFiles, result_arrow_schema, unit_result_rows
 from rewind.spark.progress_channel import PROGRESS_OPTION
 from rewind.spark.sql_translate import SqlTranslateError
+from rewind.spec import JobSpec
+from rewind.translate.factory import lineage_options, make_decoder, transform_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +46,7 @@ class TagUnits:
         self.units = units
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids numpy, pyarrow at import
         import numpy as np
         import pyarrow as pa
 
@@ -75,9 +79,6 @@ class DecodeEvents:
         self.spec_json, self.starts, self.schema = spec_json, [u.start for u in units], schema
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from rewind.spec import JobSpec
-        from rewind.translate.factory import make_decoder
-
         decoder = make_decoder(JobSpec.model_validate_json(self.spec_json).decode)
         for batch in batches:
             if batch.num_rows == 0:
@@ -93,6 +94,7 @@ def events_batches(
     events: pd.DataFrame, units: Any, starts: list[int], schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     """Decoded events as the view's Arrow rows: ``_rewind_row`` made the wave's record id."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
@@ -153,12 +155,11 @@ class FinishUnits:
         self.wave = wave
 
     def __call__(self, key: tuple[Any, ...], records: pa.Table, rows: pa.Table) -> pa.Table:
+        # lazy: avoids numpy, pyarrow at import
         import numpy as np
         import pyarrow as pa
 
-        from rewind.spark.job_stage import UnitFiles, result_arrow_schema
-        from rewind.spec import JobSpec
-        from rewind.translate.factory import lineage_options, make_decoder, transform_name
+        # lazy: avoids numpy, pandas, pyarrow at import
         from rewind.translate.process import ProcessContext, process_batch
 
         ctx = self.wave.ctx
@@ -224,7 +225,7 @@ class FetchDecode:
         self.ctx, self.schema, self.options, self.tasks = ctx, schema, options, tasks
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from rewind.core.ranges import OffsetRange
+        # lazy: avoids pyspark at import
         from rewind.spark.kafka_source import KafkaBatchReader, RangesPartition
 
         reader = KafkaBatchReader(self.options)
@@ -238,8 +239,10 @@ class FetchDecode:
 def read_unit(options: dict[str, str], unit: WorkUnit) -> pa.Table:
     """One unit's records, read from Kafka by the task that finishes it (no progress reports:
     the wave's first read counted them)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
+    # lazy: avoids pyspark at import
     from rewind.spark.kafka_source import KafkaBatchReader, RangesPartition
 
     reader = KafkaBatchReader({k: v for k, v in options.items() if k != PROGRESS_OPTION})

@@ -71,6 +71,7 @@ def add_stage_seconds(into: dict[str, float], other: dict[str, Any]) -> None:
 
 def record_bytes(table: pa.Table) -> int:
     """Key + value + header bytes of Kafka-shaped records (nulls count 0)."""
+    # lazy: avoids pyarrow at import
     import pyarrow.compute as pc
 
     total = 0

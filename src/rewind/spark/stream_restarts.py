@@ -177,6 +177,7 @@ _COUNTER: Any = None
 def _counter() -> Any:
     global _COUNTER
     if _COUNTER is None:
+        # lazy: avoids prometheus_client at import
         from prometheus_client import Counter
 
         _COUNTER = Counter("rewind_stream_restarts", "Restarts of a Rewind streaming query", ["stream"])

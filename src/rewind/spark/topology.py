@@ -9,6 +9,7 @@ budget server, verify's reference files and every stage sizing its tasks ask her
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -40,7 +41,6 @@ def server_on_this_host(spark: SparkSession) -> bool:
     ``sc://localhost``, ``sc://[::1]``)."""
     if not is_connect(spark):
         return True
-    import ipaddress
 
     host = getattr(getattr(getattr(spark, "client", None), "_builder", None), "host", None)
     if not host:
@@ -79,6 +79,7 @@ def default_parallelism(spark: SparkSession) -> int:
             if configured:
                 count = int(configured)
             else:
+                # lazy: avoids pyspark at import
                 from pyspark.sql import functions as F
 
                 last = spark.range(0, 1 << 16).select(F.max(F.spark_partition_id())).first()

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 def first_attempt(unit_id: str, attempted: frozenset[str]) -> bool:
     """No attempt of the unit can have committed: the run never started it, and this is the
     Spark task's first attempt (a retried or speculative task may follow a committed one)."""
+    # lazy: avoids pyspark at import
     from pyspark import TaskContext
 
     task = TaskContext.get()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rewind.spark.job_stage import ArchiveReader, StageContext, UnitOutput
 from rewind.spark.job_stage import run_wave as run_task_wave
+from rewind.spark.sql_wave import run_sql_wave
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -18,7 +19,5 @@ def run_wave(
 ) -> dict[str, UnitOutput]:
     query = json.loads(ctx.spec_json).get("translate", {}).get("sql")
     if query:
-        from rewind.spark.sql_wave import run_sql_wave
-
         return run_sql_wave(spark, ctx, query, read_archive)
     return run_task_wave(spark, ctx, read_archive)
