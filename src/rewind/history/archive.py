@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.catalog import load_catalog
 from rewind.core.ranges import OffsetRange
 from rewind.history.archive_pass import (
     CHUNK_RECORDS,
@@ -78,6 +79,7 @@ from rewind.history.exceptions import (
     HistoryError,
 )
 from rewind.history.schema import (
+    GAPS_SUFFIX,
     LOST_PROPERTY,
     PASS_PROPERTY,
     RANGES_PROPERTY,
@@ -88,7 +90,10 @@ from rewind.history.schema import (
     open_archive,
     summary_properties,
 )
+from rewind.kafka.clients import private_consumer
+from rewind.spark import session
 from rewind.spark.stream_restarts import RestartPolicy, StreamSupervisor
+from rewind.spark.topology import is_connect
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -114,8 +119,6 @@ def archive_once(
     catalog: Catalog | None = None,
 ) -> PassResult:
     """One archive pass (steps 1-5 of the module docstring); see :class:`PassResult`."""
-    from rewind.catalog import load_catalog
-
     started = time.monotonic()
     catalog = catalog or load_catalog(settings)
     iceberg = open_archive(catalog, table, create=True)
@@ -131,8 +134,6 @@ def archive_once(
     written = Written()
     if archive_pass.offsets:
         if spark is None:
-            from rewind.spark import session
-
             spark = session(settings)
         written = write_ranges(
             spark, settings, archive_pass, data_folder(iceberg), chunk_records=chunk_records, via=via
@@ -167,8 +168,6 @@ class ContinuousArchive:
         checkpoint: Path,
         initial: dict[TP, int],
     ) -> None:
-        from rewind.spark.topology import is_connect
-
         self.spark: SparkSession | None = spark
         self.settings = settings
         self._catalog: Catalog | None = catalog
@@ -204,8 +203,6 @@ class ContinuousArchive:
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            from rewind.catalog import load_catalog
-
             self._catalog = load_catalog(self.settings)
         return self._catalog
 
@@ -221,9 +218,8 @@ class ContinuousArchive:
         return start, end
 
     def _log_start(self, tp: TP) -> int:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import TopicPartition
-
-        from rewind.kafka.clients import private_consumer
 
         consumer = private_consumer(self.settings.kafka_config(), "archive-stream")
         try:
@@ -276,6 +272,7 @@ class ContinuousArchive:
         this stream, with the gap rows each recorded (the seconds a batch took stay unknown)."""
         if not self.remote:
             return self.results
+        # lazy: avoids pyiceberg at import
         from pyiceberg.table.snapshots import ancestors_of
 
         table = open_archive(self.catalog, self.table)
@@ -292,11 +289,10 @@ class ContinuousArchive:
         return self.results
 
     def _committed(self, snapshot_id: int, pass_id: str, props: dict[str, str]) -> PassResult:
+        # lazy: avoids pyiceberg at import
         import pyiceberg.expressions as ex
 
         e: Any = ex  # pyiceberg's predicates are pydantic models that mypy cannot call positionally
-
-        from rewind.history.schema import GAPS_SUFFIX
 
         gaps: list[dict[str, object]] = []
         if self.catalog.table_exists(self.table + GAPS_SUFFIX):
@@ -382,8 +378,6 @@ def start_continuous(
     catalog: Catalog | None = None,
 ) -> ContinuousArchive:
     """Catch up with one pass, then archive every micro-batch of a stream from the table's high-water."""
-    from rewind.catalog import load_catalog
-
     catalog = catalog or load_catalog(settings)
     first = archive_once(settings, topics, table, spark=spark, allow_loss=allow_loss, catalog=catalog)
     iceberg = open_archive(catalog, table)

@@ -17,10 +17,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rewind import faults
 from rewind.core.parquet import open_writer
+from rewind.core.ranges import OffsetRange
 from rewind.core.store import WarehouseStore, active_store
 from rewind.history.schema import arrow_schema, tp_key
-from rewind.spark.kafka_fetch import partitions_in
+from rewind.spark.kafka_fetch import fetch_ranges, partitions_in
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,6 +68,7 @@ class _File:
             self.flush()
 
     def flush(self) -> None:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         if not self.pending_rows:
@@ -97,6 +100,7 @@ class _File:
 
 def to_archive_rows(batch: pa.Table, archived_at_us: int) -> pa.Table:
     """Kafka source columns (Spark's schema, with or without headers) to the archive schema."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -131,6 +135,7 @@ class ArchiveFiles:
         self.ctx = ctx
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids numpy, pyarrow at import
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -199,10 +204,6 @@ class FetchAndArchive:
         self.ctx, self.conf, self.tasks, self.poll_timeout_s = ctx, conf, tasks, poll_timeout_s
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from rewind import faults
-        from rewind.core.ranges import OffsetRange
-        from rewind.spark.kafka_fetch import fetch_ranges
-
         for batch in batches:
             for task_id in batch.column(0).to_pylist():
                 faults.pause("archive-task-read")  # tests: the broker goes away here
@@ -215,6 +216,7 @@ class FetchAndArchive:
 
 def _runs(offsets: Any) -> list[list[int]]:
     """``[[start, end), ...]`` runs of consecutive offsets, from a sorted numpy array."""
+    # lazy: avoids numpy at import
     import numpy as np
 
     if offsets.size == 0:
@@ -226,6 +228,7 @@ def _runs(offsets: Any) -> list[list[int]]:
 
 
 def result_arrow_schema() -> pa.Schema:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     return pa.schema(

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from rewind import faults
 from rewind.core.ranges import OffsetRange, group_for_tasks
+from rewind.core.windows import BoundSpec, WindowRequest
 from rewind.history import spans
 from rewind.history.archive_files import RESULT_SCHEMA, ArchiveFiles, FetchAndArchive, TaskContext
 from rewind.history.exceptions import (
@@ -37,6 +39,8 @@ from rewind.history.schema import (
     open_gaps,
     tp_key,
 )
+from rewind.kafka import clients
+from rewind.kafka.resolve import resolve
 from rewind.spark.session import default_parallelism
 
 if TYPE_CHECKING:
@@ -135,14 +139,10 @@ def plan_pass(
     ``max_offsets`` caps the offsets of the pass (shared over partitions in order), for
     passes of bounded size; the next pass continues where this one stops.
     """
-    from rewind.core.windows import BoundSpec, WindowRequest
-    from rewind.kafka.resolve import resolve
-
     if not topics:
         raise HistoryError("name at least one topic to archive")
     state = archive_state(table)
     conf = settings.kafka_config()
-    from rewind.kafka import clients
 
     metadata = clients.cluster_metadata(conf)
     starts: dict[TP, int] = {}
@@ -304,6 +304,7 @@ def _record_gaps(
     gaps: Mapping[TP, list[tuple[int, int]]],
 ) -> int:
     """Step 4: append the pass's gaps (skipped and lost) to ``<table>__gaps``; returns the count."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     rows: list[dict[str, Any]] = []
@@ -356,9 +357,8 @@ def commit_pass(
     the commit asserts. ``ends`` overrides the new high-water per partition (a stream batch's
     end offsets, which equal its ranges' ends).
     """
+    # lazy: avoids pyiceberg at import
     from pyiceberg.exceptions import CommitFailedException
-
-    from rewind import faults
 
     started = time.monotonic() if started is None else started
     gaps = _check_written(archive_pass, written)
@@ -429,6 +429,7 @@ def commit_pass(
                 [p for p, _n in written.files], snapshot_properties=props, check_duplicate_files=False
             )
         else:
+            # lazy: avoids pyarrow at import
             import pyarrow as pa
 
             tx.append(pa.Table.from_batches([], schema=table.schema().as_arrow()), snapshot_properties=props)

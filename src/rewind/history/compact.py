@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rewind.catalog import load_catalog
 from rewind.core.parquet import open_writer
 from rewind.history.exceptions import ArchiveConflictError, CoverageError
 from rewind.history.schema import MODE_PROPERTY, archive_state, arrow_schema, open_archive
@@ -86,6 +87,7 @@ def _group_key(table: Table, data_file: DataFile) -> tuple[Any, ...]:
 
 
 def _offset_min(table: Table, data_file: DataFile) -> int:
+    # lazy: avoids pyiceberg at import
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import LongType
 
@@ -95,6 +97,7 @@ def _offset_min(table: Table, data_file: DataFile) -> int:
 
 def _rewrite(table: Table, files: list[DataFile], folder: str, target_rows: int) -> list[tuple[str, int]]:
     """Stream ``files`` (offset order) into new files, one writer per Kafka partition."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -142,10 +145,9 @@ def compact_archive(
     catalog: Catalog | None = None,
 ) -> CompactionResult:
     """Rewrite the archive's small files (steps 1-5 of the module docstring)."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
-    from rewind.catalog import load_catalog
 
     started = time.monotonic()
     catalog = catalog or load_catalog(settings)

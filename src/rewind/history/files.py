@@ -32,6 +32,7 @@ def merged_by_partition(ranges: Sequence[OffsetRange]) -> dict[tuple[str, int], 
 
 def row_filter(ranges: Sequence[OffsetRange]) -> Any:
     """A pyiceberg expression selecting exactly the records of ``ranges``."""
+    # lazy: avoids pyiceberg at import
     import pyiceberg.expressions as ex
 
     # pyiceberg's predicates are pydantic models that mypy cannot call positionally
@@ -71,6 +72,7 @@ def plan_files(
             f"{'.'.join(table.name())} has no snapshot {snapshot_id}, the one the plan pinned (the table was "
             "recreated or its snapshots expired); plan the job again"
         )
+    # lazy: avoids pyiceberg at import
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import LongType
 

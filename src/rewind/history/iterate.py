@@ -26,11 +26,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
+from rewind.catalog import load_catalog
 from rewind.core.arrow import kafka_record_schema
 from rewind.core.ranges import OffsetRange
 from rewind.history.exceptions import CoverageError
 from rewind.history.files import ArchiveFile, plan_files
+from rewind.history.plan import plan_history
 from rewind.history.schema import TP, open_archive
+from rewind.spark.kafka_fetch import fetch_ranges
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,6 +49,7 @@ _READ_BATCH = 65_536
 
 
 def _to_kafka(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     arrays = []
@@ -74,6 +78,7 @@ def _archive_batches(
     table: Table, snapshot_id: int | None, rng: OffsetRange, schema: pa.Schema
 ) -> Iterator[pa.Table]:
     """The archived records of one range in offset order, file by file (overlapping files merged)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -107,6 +112,7 @@ def _archive_batches(
 def sample_ranges(table: Table, snapshot_id: int | None, ranges: Sequence[OffsetRange]) -> pa.Table | None:
     """The archived records of ``ranges`` in Kafka's Arrow shape (a plan's sample of a window
     that lies wholly in the archive); None when none are archived."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
 
@@ -119,9 +125,8 @@ def _partition_stream(
     settings: Settings, table: Table, plan: HistoryPlan, p: PartitionHistory, schema: pa.Schema
 ) -> Iterator[pa.Table]:
     """One partition of the plan in offset order: archive ranges (checked), then Kafka ranges."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
-
-    from rewind.spark.kafka_fetch import fetch_ranges
 
     sources = sorted(
         [("archive", r) for r in p.archive_ranges] + [("kafka", r) for r in p.kafka_ranges],
@@ -157,6 +162,7 @@ class _Chunks:
         self.rows = 0
 
     def add(self, part: pa.Table) -> Iterator[pa.Table]:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         if part.num_rows == 0:
@@ -170,6 +176,7 @@ class _Chunks:
             self.parts, self.rows = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
 
     def flush(self) -> Iterator[pa.Table]:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         if self.rows:
@@ -179,6 +186,7 @@ class _Chunks:
 
 def _merge_by_time(streams: Mapping[TP, Iterator[pa.Table]], schema: pa.Schema) -> Iterator[pa.Table]:
     """k-way merge of offset-ordered partition streams by (timestamp, partition, offset)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -230,8 +238,6 @@ def iter_plan(
     catalog: Catalog | None = None,
 ) -> Iterator[pa.Table]:
     """Yield a planned history window in chunks; see the module docstring."""
-    from rewind.catalog import load_catalog
-
     if chunk_rows <= 0:
         raise ValueError("chunk_rows must be positive")
     catalog = catalog or load_catalog(settings)
@@ -268,9 +274,6 @@ def iter_history(
     catalog: Catalog | None = None,
 ) -> Iterator[pa.Table]:
     """Plan ``window`` over ``topics`` and ``archive``, then yield it in chunks (no Spark)."""
-    from rewind.catalog import load_catalog
-    from rewind.history.plan import plan_history
-
     catalog = catalog or load_catalog(settings)
     plan = plan_history(
         settings,

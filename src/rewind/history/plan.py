@@ -52,11 +52,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from rewind.catalog import load_catalog
 from rewind.core.ranges import OffsetRange
 from rewind.core.windows import EARLIEST, LATEST, Timestamp, WindowRequest
 from rewind.history import spans
 from rewind.history.exceptions import HistoryGapError
 from rewind.history.schema import TP, archive_state, open_archive, recorded_gaps
+from rewind.kafka.resolve import resolve
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -284,6 +286,7 @@ def first_archived_at_or_after(
     """The first archived offset in ``[lo, hi)`` of ``tp`` whose timestamp is >= ``ms``, or None."""
     if hi <= lo or snapshot_id is None:
         return None
+    # lazy: avoids pyarrow, pyiceberg at import
     import pyarrow.compute as pc
     import pyiceberg.expressions as ex
 
@@ -345,9 +348,6 @@ def plan_history(
     start above the broker's (simulated retention; production leaves it None). Raises
     :class:`HistoryGapError` naming every lost range unless ``allow_gaps``.
     """
-    from rewind.catalog import load_catalog
-    from rewind.kafka.resolve import resolve
-
     if not topics:
         raise HistoryGapError("name at least one topic for the history source")
     catalog = catalog or load_catalog(settings)

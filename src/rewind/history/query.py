@@ -8,8 +8,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from rewind.history.exceptions import HistoryError
+from rewind.history.plan import plan_history
+from rewind.history.read import read_history
 from rewind.history.schema import TP
+from rewind.spec import KafkaSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -26,10 +31,6 @@ def window_from_bounds(topics: Sequence[str], start: Any = "earliest", end: Any 
 
     The same parser as ``source.kafka.from``/``to`` of a job spec, so the CLI and specs agree.
     """
-    from pydantic import ValidationError
-
-    from rewind.spec import KafkaSource
-
     try:
         source = KafkaSource.model_validate({"topics": list(topics), "from": start, "to": end})
     except ValidationError as exc:
@@ -67,9 +68,6 @@ def query_history(
     include_headers: bool = True,
 ) -> tuple[HistoryPlan, DataFrame]:
     """Plan the window, register it as the view ``history``, and return the plan and ``spark.sql(sql)``."""
-    from rewind.history.plan import plan_history
-    from rewind.history.read import read_history
-
     plan = plan_history(
         settings,
         topics,

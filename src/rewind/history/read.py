@@ -12,11 +12,13 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rewind.catalog import load_catalog
 from rewind.core.ranges import OffsetRange
 from rewind.core.store import WarehouseStore
 from rewind.history.exceptions import CoverageError
 from rewind.history.files import merged_by_partition, plan_files
 from rewind.history.schema import open_archive
+from rewind.spark.parquet_files import read_parquet_files
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -40,6 +42,7 @@ def _kafka_columns(include_headers: bool) -> list[str]:
 
 
 def _range_condition(ranges: Sequence[OffsetRange]) -> Column:
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     condition = F.lit(False)
@@ -66,11 +69,11 @@ def read_ranges_from_archive(
     Only the files pyiceberg plans for the ranges are read (``snapshot_id``: the plan's pinned
     snapshot; default the current one), and only rows inside the ranges are kept.
     """
+    # lazy: avoids pyspark at import
     from pyspark.sql.types import StructType
 
-    from rewind.catalog import load_catalog
+    # lazy: avoids pyspark at import
     from rewind.spark.kafka_source import spark_schema
-    from rewind.spark.parquet_files import read_parquet_files
 
     catalog = catalog or load_catalog(settings)
     table = open_archive(catalog, archive_table)
@@ -114,7 +117,7 @@ def read_history(
     raises :class:`CoverageError` if it differs from what the plan expects (a file missing or
     altered since the archive wrote it).
     """
-    from rewind.catalog import load_catalog
+    # lazy: avoids pyspark at import
     from rewind.spark.kafka_source import spark_schema
 
     catalog = catalog or load_catalog(settings)
@@ -146,6 +149,7 @@ def read_history(
 
 def check_archive_counts(plan: HistoryPlan, archive_df: DataFrame) -> None:
     """Raise :class:`CoverageError` unless the archive part holds each expected record once."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     got = {

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rewind.history.exceptions import ArchiveTableError
+from rewind.history.spans import merge
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -106,6 +107,7 @@ def parse_tp(key: str) -> TP:
 
 
 def iceberg_schema() -> Schema:
+    # lazy: avoids pyiceberg at import
     from pyiceberg.schema import Schema
     from pyiceberg.types import (
         BinaryType,
@@ -139,6 +141,7 @@ def iceberg_schema() -> Schema:
 
 def arrow_schema() -> pa.Schema:
     """The Arrow schema of the archive's Parquet files (required columns are not nullable)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
@@ -160,6 +163,7 @@ def arrow_schema() -> pa.Schema:
 
 
 def gaps_schema() -> Schema:
+    # lazy: avoids pyiceberg at import
     from pyiceberg.schema import Schema
     from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
@@ -175,6 +179,7 @@ def gaps_schema() -> Schema:
 
 
 def gaps_arrow_schema() -> pa.Schema:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     return pa.schema(
@@ -214,6 +219,7 @@ _TABLE_PROPERTIES = {
 
 
 def _load(catalog: Catalog, identifier: str) -> Table | None:
+    # lazy: avoids pyiceberg at import
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
@@ -242,6 +248,7 @@ def open_archive(catalog: Catalog, identifier: str, create: bool = False) -> Tab
 
 
 def _create(catalog: Catalog, identifier: str) -> Table:
+    # lazy: avoids pyiceberg at import
     from pyiceberg.exceptions import TableAlreadyExistsError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.table.sorting import SortField, SortOrder
@@ -280,6 +287,7 @@ def open_gaps(catalog: Catalog, identifier: str, create: bool = False) -> Table 
     name = gaps_table_name(identifier)
     table = _load(catalog, name)
     if table is None and create:
+        # lazy: avoids pyiceberg at import
         from pyiceberg.exceptions import TableAlreadyExistsError
 
         try:
@@ -336,6 +344,7 @@ def summary_properties(snapshot: Snapshot | None) -> dict[str, str]:
 
 def archive_state(table: Table, snapshot_id: int | None = None) -> ArchiveState:
     """The archive's state at a snapshot (default: the current one), from snapshot summaries."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.table.snapshots import ancestors_of
 
     head = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
@@ -357,11 +366,10 @@ def recorded_gaps(
     catalog: Catalog, identifier: str, partitions: list[TP] | None = None
 ) -> dict[tuple[TP, str], list[tuple[int, int]]]:
     """Gaps recorded by archive passes, merged, keyed by ``((topic, partition), kind)``."""
-    from rewind.history.spans import merge
-
     table = open_gaps(catalog, identifier)
     if table is None or table.current_snapshot() is None:
         return {}
+    # lazy: avoids pyiceberg at import
     import pyiceberg.expressions as ex
 
     # pyiceberg's predicates are pydantic models that mypy cannot call positionally

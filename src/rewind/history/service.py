@@ -7,9 +7,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.console import QUIET, Console
+from rewind.history.archive import archive_once, start_continuous
+from rewind.history.compact import compact_archive
 from rewind.history.exceptions import HistoryError
+from rewind.history.query import collect_rows, parse_declared, query_history, window_from_bounds
+from rewind.history.schema import split_name
 from rewind.openlineage import commands as lineage
 from rewind.openlineage.runs import emits
+from rewind.spark import session
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -31,11 +36,6 @@ def run_archive(
     console: Console = QUIET,
 ) -> dict[str, Any]:
     """One pass (or a continuous archive until ``duration_s`` or Ctrl-C), then compaction if asked."""
-    from rewind.history.archive import archive_once, start_continuous
-    from rewind.history.compact import compact_archive
-    from rewind.history.schema import split_name
-    from rewind.spark import session
-
     split_name(table)
     if not topics:
         raise HistoryError("name at least one topic to archive")
@@ -106,10 +106,6 @@ def run_query(
     limit: int = 100,
 ) -> dict[str, Any]:
     """Run ``sql`` over the view ``history`` of the window; up to ``limit`` rows and the plan's summary."""
-    from rewind.history.query import collect_rows, parse_declared, query_history, window_from_bounds
-    from rewind.history.schema import split_name
-    from rewind.spark import session
-
     split_name(archive)
     window = window_from_bounds(topics, start, end)
     spark = session(settings)
