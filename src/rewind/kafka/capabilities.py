@@ -42,6 +42,7 @@ class _Probe:
         self.admin = clients.admin({**conf, "allow.auto.create.topics": False})
 
     def create_topic(self) -> None:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka.admin import NewTopic
 
         futures = self.admin.create_topics([NewTopic(self.topic, _PARTITIONS, 1)], operation_timeout=_TIMEOUT)
@@ -95,6 +96,7 @@ class _Probe:
 
     def read_all(self, partition: int, overrides: dict[str, Any] | None = None) -> tuple[list[bytes], int]:
         """Every value of a partition and the high watermark from the fetch response."""
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import KafkaError, TopicPartition
 
         # a short fetch wait: the read ends at the partition's end, which an empty fetch tells,
@@ -161,6 +163,7 @@ class _Probe:
         return txn, rc
 
     def list_offsets_latest(self) -> Capability:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import TopicPartition
 
         p = self.partition()
@@ -189,6 +192,7 @@ class _Probe:
         )
 
     def list_offsets_by_time(self) -> Capability:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import TopicPartition
 
         p = self.partition()
@@ -215,6 +219,7 @@ class _Probe:
         )
 
     def group_offsets(self) -> Capability:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import TopicPartition
 
         group = f"rewind-doctor-{uuid.uuid4().hex[:10]}"  # a scratch group, never a live one
@@ -229,6 +234,7 @@ class _Probe:
         return Capability("group_offsets", "wrong-answer", f"committed 3, fetched {got.offset}")
 
     def group_join(self) -> Capability:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import Consumer
 
         group = f"rewind-doctor-{uuid.uuid4().hex[:10]}"
@@ -257,6 +263,7 @@ class _Probe:
         )
 
     def delete_records(self) -> Capability:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import TopicPartition
 
         p = self.partition()

@@ -124,6 +124,7 @@ def _with_logger(conf: dict[str, Any]) -> dict[str, Any]:
 
 def _build(kind: type[Any], conf: dict[str, Any]) -> Any:
     """Construct a client; a bad property becomes one line naming it, not a traceback."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaException
 
     settings = {**CLIENT_DEFAULTS, **conf}
@@ -139,12 +140,14 @@ def _build(kind: type[Any], conf: dict[str, Any]) -> Any:
 
 
 def admin(conf: dict[str, Any]) -> AdminClient:
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka.admin import AdminClient
 
     return _build(AdminClient, _with_logger(conf))
 
 
 def producer(conf: dict[str, Any], **overrides: Any) -> Producer:
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import Producer
 
     return _build(Producer, _with_logger({**conf, **overrides}))
@@ -166,6 +169,7 @@ def private_consumer(
     third of the fetch rate (measured), too much for bulk reads in tasks; such a client logs
     nothing below :data:`QUIET_LOG_LEVEL` itself, and its errors come through the ``error_cb``.
     """
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import Consumer
 
     settings = {
@@ -190,6 +194,7 @@ def consumer(conf: dict[str, Any]) -> Consumer:
     :data:`OUTAGE_REPORT_EVERY_S` through the :class:`OutageReporter`. The caller's
     ``log_level`` and ``logger`` win, and its own ``error_cb`` still runs.
     """
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import Consumer
 
     return _build(Consumer, {"log_level": QUIET_LOG_LEVEL, **conf})
@@ -197,6 +202,7 @@ def consumer(conf: dict[str, Any]) -> Consumer:
 
 def cluster_metadata(conf: dict[str, Any], timeout_s: float = 10.0) -> ClusterMetadata:
     """Metadata of the cluster, or :class:`BrokerUnreachable` naming the address."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaException
 
     client = admin({**conf, "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
@@ -214,6 +220,7 @@ def topic_metadata(conf: dict[str, Any], topic: str, timeout_s: float = 10.0) ->
     (the default of Apache Kafka, tansu and noida-db, measured) then creates the topic it was
     asked about. This asks with auto-creation off. :class:`BrokerUnreachable` as
     :func:`cluster_metadata`."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaException
 
     client = admin(

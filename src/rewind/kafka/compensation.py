@@ -34,7 +34,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rewind import faults
 from rewind.errors import RewindError
+from rewind.kafka.clients import private_consumer, producer
+from rewind.kafka.producer import TransactionalProducer
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -135,9 +138,8 @@ def read_markers(
 def _read_partition(
     conf: dict[str, Any], topic: str, partition: int, stall_timeout_s: float
 ) -> Iterator[Message]:
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaError, TopicPartition
-
-    from rewind.kafka.clients import private_consumer
 
     consumer = private_consumer(
         conf, "compensate-check", {"isolation.level": "read_committed", "fetch.wait.max.ms": 50}
@@ -177,8 +179,6 @@ def _read_partition(
 def fence(conf: dict[str, Any], transactional_ids: list[str]) -> None:
     """``init_transactions`` for each id: a killed attempt's open transaction is aborted now, not
     after the broker's transaction timeout (it would hold partition 0's read committed back)."""
-    from rewind.kafka.clients import producer
-
     for tid in transactional_ids:
         client = producer(conf, **{"transactional.id": tid})
         try:
@@ -218,8 +218,6 @@ class UnitTransaction:
     _txn: Any = None
 
     def start(self, first_attempt: bool) -> None:
-        from rewind.kafka.producer import TransactionalProducer
-
         w = self.writer
         self._txn = TransactionalProducer(
             {**PRODUCER_DEFAULTS, **w.conf},
@@ -272,8 +270,6 @@ class UnitTransaction:
 
     def commit(self) -> None:
         """Steps 4-5."""
-        from rewind import faults
-
         w = self.writer
         try:
             self._txn.flush()
@@ -314,8 +310,6 @@ class UnitTransaction:
 
 def write_final_marker(conf: dict[str, Any], topic: str, run_id: str, body: dict[str, Any]) -> None:
     """The final marker, alone in a transaction of the run's own id (fencing a zombie of it)."""
-    from rewind.kafka.producer import TransactionalProducer
-
     txn = TransactionalProducer(
         {**PRODUCER_DEFAULTS, **conf},
         transactional_id=final_transactional_id(run_id, topic),

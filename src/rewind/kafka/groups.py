@@ -42,7 +42,10 @@ from rewind.kafka.exceptions import (
     GroupOperationRefused,
     OffsetsNotApplied,
 )
+from rewind.kafka.offset_delete import offset_delete
+from rewind.kafka.probes import PROBE_SETTINGS, Prober, last_record_job
 from rewind.kafka.read_plan import Method
+from rewind.kafka.resolve import resolve
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -149,6 +152,7 @@ def _client(conf: Mapping[str, Any], timeout_s: float) -> AdminClient:
 
 def _await(future: Future[Any], conf: Mapping[str, Any], group: str, operation: str, timeout_s: float) -> Any:
     """The future's result; a transport failure is BrokerUnreachable, anything else refused."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaError, KafkaException
 
     try:
@@ -259,6 +263,7 @@ def committed_offsets(
     partitions named (a bare topic name stands for all its partitions), each in the answer.
     """
     _require_id(group)
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     wanted = None if partitions is None else _expand(conf, partitions, timeout_s)
@@ -292,6 +297,7 @@ def alter_offsets(
     inactive first: a live member's commits would overwrite these.
     """
     _require_id(group)
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     if not offsets:
@@ -341,8 +347,6 @@ def delete_group_offsets(
     if partitions is not None:
         committed = set(committed_offsets(conf, group, timeout_s=timeout_s))
         if committed - set(partitions):
-            from rewind.kafka.offset_delete import offset_delete
-
             drop = sorted(set(partitions) & committed)
             if drop:
                 offset_delete(conf, group, drop, timeout_s=timeout_s)
@@ -353,8 +357,6 @@ def delete_group_offsets(
 def _resolve_positions(
     conf: Mapping[str, Any], partitions: Iterable[TP], start: BoundSpec, timeout_s: float
 ) -> dict[TP, PartitionPosition]:
-    from rewind.kafka.resolve import resolve
-
     wanted = tuple(sorted(set(partitions)))
     if not wanted:
         return {}
@@ -381,8 +383,6 @@ def newest_records(
 ) -> dict[TP, ProbeRecord | None]:
     """The newest record (offset, timestamp in ms) below each position's ``high``, read from the
     log (None: the partition holds no record); what a time after every record is checked with."""
-    from rewind.kafka.probes import PROBE_SETTINGS, Prober, last_record_job
-
     wanted = {(p.topic, p.partition): p for p in positions}
     if not wanted:
         return {}

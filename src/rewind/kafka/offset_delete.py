@@ -50,6 +50,7 @@ def _read(sock: socket.socket, n: int) -> bytes:
 
 
 def _error_name(code: int) -> str:
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaError
 
     return str(KafkaError(code).str())

@@ -102,6 +102,7 @@ def _murmur2_many(keys: Sequence[bytes]) -> Any:
     hashed a 4-byte block at a time over all keys at once; a key shorter than the block leaves
     its hash as it was, then takes its own tail.
     """
+    # lazy: avoids numpy at import
     import numpy as np
 
     n = len(keys)

@@ -71,6 +71,7 @@ class Prober:
         self.rounds = 0
 
     def read_round(self, reads: Mapping[TP, ProbeRead]) -> dict[TP, list[ProbeRecord]]:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import KafkaError, TopicPartition
 
         self.consumer.assign([TopicPartition(t, p, r.start) for (t, p), r in reads.items()])

@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
+from rewind.kafka.clients import producer
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message, Producer
@@ -68,8 +69,6 @@ class TransactionalProducer:
 
     def open(self) -> Producer:
         """Build the client (step 1); ``init_transactions`` when transactional."""
-        from rewind.kafka.clients import producer
-
         conf: dict[str, Any] = {**self.conf, "on_delivery": self._on_delivery, "error_cb": self._on_error}
         if self.transactional_id is not None:
             conf["transactional.id"] = self.transactional_id
@@ -147,6 +146,7 @@ class TransactionalProducer:
         return self.client
 
     def _step(self, name: str, call: Any) -> None:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import KafkaException
 
         try:
@@ -180,6 +180,7 @@ def _connect(client: Producer, topic: str, timeout_s: float) -> None:
     cluster (not the bootstrap one, node id -1) means that broker is up. ``topic`` must exist (a
     producer's metadata request may create a missing topic). Best effort: a failed look-up
     leaves it to ``init_transactions``."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaException
 
     for _ in range(3):

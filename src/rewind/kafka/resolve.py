@@ -157,6 +157,7 @@ def _list_offsets(
     ``isolation`` is the request's isolation level: ``read_committed`` makes ``latest`` the
     last stable offset.
     """
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaException, TopicPartition
 
     out: dict[str, dict[TP, int]] = {name: {} for name in specs}
@@ -217,6 +218,7 @@ def resolve(
     consumer; (4) every time bound checked by reading records, searched when wrong; (5) the
     policies of the module docstring, per partition. Reads nothing else and changes nothing.
     """
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import TopicPartition
 
     metadata = clients.cluster_metadata(conf, timeout_s)
