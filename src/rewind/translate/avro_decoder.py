@@ -82,6 +82,7 @@ class AvroDecoder(Decoder):
 
     def _load_reader(self) -> tuple[Any, list[tuple[str, Any]]]:
         if self._reader is None or self._fields is None:
+            # lazy: avoids fastavro at import
             import fastavro
 
             schema = self._reader_json if self._reader_json is not None else self.source.reader_schema()
@@ -113,6 +114,7 @@ class AvroDecoder(Decoder):
     def _writer(self, schema_id: int) -> _Writer | None:
         if schema_id in self._writers:
             return self._writers[schema_id]
+        # lazy: avoids fastavro at import
         import fastavro
         from fastavro.schema import to_parsing_canonical_form
 
@@ -132,6 +134,7 @@ class AvroDecoder(Decoder):
         return writer
 
     def decode(self, batch: pa.RecordBatch) -> Decoded:
+        # lazy: avoids fastavro at import
         from fastavro import schemaless_reader
 
         batch = as_batch(batch)

@@ -54,6 +54,7 @@ class WriterSchema:
 
 def canonical_form(schema: Any) -> str:
     """Avro's parsing canonical form: two schemas are the same schema when these are equal."""
+    # lazy: avoids fastavro at import
     import fastavro
     from fastavro.schema import to_parsing_canonical_form
 
@@ -156,6 +157,7 @@ def _registry_client(url: str, config: Mapping[str, Any]) -> Any:
         client = _REGISTRY_CLIENTS.get(key)
         if client is None:
             try:
+                # lazy: avoids confluent_kafka at import; the registry's dependencies may be missing
                 from confluent_kafka.schema_registry import SchemaRegistryClient
             except ImportError as e:
                 raise SchemaSourceError(
@@ -266,6 +268,7 @@ class RegistrySchemaSource(SchemaSource):
         The registry decides whether the schema is compatible with the subject's versions; a
         refusal is one line with the registry's reason.
         """
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka.schema_registry import Schema
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -313,6 +316,7 @@ class RegistrySchemaSource(SchemaSource):
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
         """Run one registry request: None for 'not found', :class:`SchemaRegistryUnavailable` otherwise."""
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         try:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rewind.core.datatypes import arrow_type
 from rewind.errors import ConfigError
+from rewind.translate.avro_schemas import LocalSchemaSource, RegistrySchemaSource
+from rewind.translate.functions import load_callable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -19,9 +21,9 @@ if TYPE_CHECKING:
 
 
 def make_decoder(decode: Decode) -> Decoder:
-    # the decoders import pandas and numpy: loaded when a job is planned, not for every CLI call
+    # lazy: the decoders import pandas, numpy and pyarrow: loaded when a job is planned, not for
+    # every CLI call
     from rewind.translate.avro_decoder import AvroDecoder
-    from rewind.translate.avro_schemas import LocalSchemaSource, RegistrySchemaSource
     from rewind.translate.decoder import RawDecoder
     from rewind.translate.json_decoder import JsonDecoder
 
@@ -30,6 +32,7 @@ def make_decoder(decode: Decode) -> Decoder:
     if decode.format == "raw":
         return RawDecoder()
     if decode.format == "rows":
+        # lazy: avoids numpy, pandas, pyarrow at import
         from rewind.translate.rows_decoder import RowsDecoder
 
         return RowsDecoder()
@@ -45,8 +48,6 @@ def make_decoder(decode: Decode) -> Decoder:
 
 def make_translator(translate: Translate) -> Callable[..., Any] | None:
     """The user's function (None for SQL translates, which run as Spark SQL)."""
-    from rewind.translate.functions import load_callable
-
     if translate.function:
         return load_callable(translate.function)
     return None
@@ -61,6 +62,7 @@ def transform_name(translate: Translate) -> str:
 
 
 def declared_output_schema(translate: Translate) -> pa.Schema | None:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if not translate.output_schema:

@@ -110,6 +110,7 @@ def _exception_text(e: BaseException) -> str:
 
 def _with_row_ids(frame: Any, known: np.ndarray, what: str, fn_name: str) -> pd.DataFrame:
     """``frame`` with an int64 ``_rewind_row`` column whose values are all ``known`` row ids."""
+    # lazy: avoids numpy, pandas at import
     import numpy as np
     import pandas as pd
 
@@ -153,6 +154,7 @@ def _with_row_ids(frame: Any, known: np.ndarray, what: str, fn_name: str) -> pd.
 
 def _normalise(out: Any, known: np.ndarray, fn_name: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Rows and rejects of a translate result, checked against the ``known`` input row ids."""
+    # lazy: avoids pandas at import
     import pandas as pd
 
     if isinstance(out, TranslateResult):
@@ -215,6 +217,7 @@ def apply_translate(
     are not in the input) raises :class:`TranslateOutputError`: that is a bug in the function,
     not bad data, and it fails the task.
     """
+    # lazy: avoids numpy, pandas at import
     import numpy as np
     import pandas as pd
 
@@ -259,6 +262,7 @@ def _record_by_record(
     2·k·log2(n/k) calls for k bad records among n instead of n calls: one bad record in a
     100,000-record batch is found in ~35 calls, not 100,000.
     """
+    # lazy: avoids numpy, pandas at import
     import numpy as np
     import pandas as pd
 
@@ -324,6 +328,7 @@ class OutputSchema:
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema; raises :class:`OutputSchemaUnknown` if a column's type is unknown."""
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         if self.unknown:
@@ -336,6 +341,7 @@ class OutputSchema:
 
 def _sample_frame(sample: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
     """An empty events frame: the sample's columns plus any input column it lacks."""
+    # lazy: avoids numpy, pandas at import
     import numpy as np
     import pandas as pd
 
@@ -374,6 +380,7 @@ def infer_output_schema(
     spec must give ``translate.output_schema``) and :class:`TranslateOutputError` when what it
     returns breaks the contract.
     """
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     fn_name = name or describe(fn)

@@ -77,7 +77,7 @@ def _fast_json_loads() -> Callable[[bytes], Any] | None:
     without orjson installed.
     """
     try:
-        import orjson
+        import orjson  # lazy: optional here, the stdlib decodes without it
     except ImportError:
         return None
     return orjson.loads

@@ -24,9 +24,11 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rewind.core.arrow import is_constant
 from rewind.core.columns import (
+    EFFECTIVE_TIME,
     EVENT_ID,
     EXTRACTED_AT,
     LINEAGE_COLUMNS,
@@ -34,6 +36,7 @@ from rewind.core.columns import (
     RUN_ID,
     SOURCE_OFFSET,
     SOURCE_PARTITION,
+    SOURCE_SYSTEM,
     SOURCE_TIMESTAMP,
     SOURCE_TOPIC,
     SRC_OFFSET,
@@ -307,11 +310,6 @@ def optional_lineage(
     """``table`` with the spec's optional lineage columns appended: ``_rewind_source_system``
     (the same text on every row) and ``_rewind_effective_time`` (the business time column,
     a timestamp or date, as a UTC timestamp)."""
-    import pyarrow.compute as pc
-
-    from rewind.core.columns import EFFECTIVE_TIME, SOURCE_SYSTEM
-    from rewind.translate.exceptions import TranslateOutputError
-
     n = table.num_rows
     if source_system is not None:
         table = table.append_column(

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -264,8 +265,6 @@ def reconstruct_batch(
 
 def _quarantined_value(states: pa.Table, key: str, row: int, prev: int, cur: int) -> bytes:
     """A quarantined state as JSON: the entity and both states of its pair."""
-    import orjson
-
     entity = states.column(key)[row].as_py()
     data = {"entity": entity, "previous": _state_json(states, prev), "current": _state_json(states, cur)}
     options = orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS
