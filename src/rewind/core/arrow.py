@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 def kafka_record_schema(include_headers: bool) -> pa.Schema:
     """The Arrow form of Spark's Kafka source schema: what every Kafka read yields."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     fields = [
@@ -39,6 +40,7 @@ def schema_to_b64(schema: pa.Schema) -> str:
 
 
 def schema_from_b64(text: str) -> pa.Schema:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
@@ -48,6 +50,7 @@ def is_constant(column: pa.Array) -> bool:
     """Whether ``column`` holds one value, at least once, and no null: what a batch's topic,
     partition, run id or extraction time usually is, which then needs building only once
     (``equal`` against the first value and ``all``: ~6x cheaper than ``count_distinct``)."""
+    # lazy: avoids pyarrow at import
     import pyarrow.compute as pc
 
     return bool(len(column) and column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py())

@@ -144,6 +144,7 @@ def parse_spark_type(text: str) -> SparkType:
 
 def arrow_type(spark_type: str | SparkType) -> pa.DataType:
     """The Arrow type of a Spark type (text or parsed)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa  # pyarrow only where a plan needs it, not for the spec's validation
 
     try:

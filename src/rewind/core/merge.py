@@ -34,6 +34,8 @@ from rewind.core.columns import (
     SOURCE_TOPIC,
 )
 from rewind.core.counts import MERGE_DECISIONS
+from rewind.core.merge_keys import key_codes, repeated
+from rewind.core.merge_pairs import APPLIED, REJECTED_STALE, SUPERSEDED, UNDECIDED, decide_pairs
 from rewind.core.merge_policy import MergePolicy
 
 if TYPE_CHECKING:
@@ -60,6 +62,7 @@ class MergeResult:
 
 def _frame(table: pa.Table, key: Sequence[str]) -> pd.DataFrame:
     """Key columns and the ordering lineage of ``table`` as a small pandas frame."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -78,6 +81,7 @@ def _frame(table: pa.Table, key: Sequence[str]) -> pd.DataFrame:
 
 def _value_hash(table: pa.Table, positions: Sequence[int], key: Sequence[str]) -> pd.Series:
     """A hash of each given row's values (neither key nor lineage): equal values, equal hash."""
+    # lazy: avoids pandas, pyarrow at import
     import pandas as pd
     import pyarrow as pa
 
@@ -100,11 +104,10 @@ def decide(rows: pa.Table, live: pa.Table | None, key: Sequence[str], policy: Me
     :func:`_decide_all` with the live rows of their keys. Decisions are per key, so this is the
     same as deciding all (``tests/test_merge_policy.py`` checks it by properties).
     """
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
-    from rewind.core.merge_keys import key_codes, repeated
-    from rewind.core.merge_pairs import APPLIED, REJECTED_STALE, SUPERSEDED, UNDECIDED, decide_pairs
 
     key = list(key)
     has_live = live is not None and live.num_rows > 0
@@ -165,6 +168,7 @@ def _decide_all(
     rows: pa.Table, live: pa.Table | None, key: Sequence[str], policy: MergePolicy
 ) -> MergeResult:
     """:func:`decide` on every row: sort, dedup, join with live, decide."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
 
@@ -269,6 +273,7 @@ def _decide_all(
 
 def key_array(table: pa.Table, key: Sequence[str]) -> Any:
     """One array naming each row's key (a composite key as its parts joined as text)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 def key_codes(run: pa.Array, live: pa.Array | None) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of ``run``'s and ``live``'s keys (equal keys, equal codes)."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -43,6 +44,7 @@ def key_codes(run: pa.Array, live: pa.Array | None) -> tuple[np.ndarray, np.ndar
 
 def repeated(codes: np.ndarray) -> np.ndarray:
     """A mask of the codes that occur more than once."""
+    # lazy: avoids numpy at import
     import numpy as np
 
     ordered = np.sort(codes, kind="stable")
@@ -55,6 +57,7 @@ def repeated(codes: np.ndarray) -> np.ndarray:
 def contested(run: np.ndarray, live: np.ndarray) -> np.ndarray:
     """A mask of the run's rows the policy must decide: their key is written twice by the run,
     or live holds it."""
+    # lazy: avoids numpy at import
     import numpy as np
 
     mask = repeated(run)
@@ -66,6 +69,7 @@ def contested(run: np.ndarray, live: np.ndarray) -> np.ndarray:
 def key_range(keys: pa.Array) -> tuple[Any, Any] | None:
     """The smallest and largest key, for pruning files by their column bounds (None when the
     keys are empty, all null, or of a type whose bounds are not compared)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -28,6 +28,7 @@ _NEVER = -(2**62)
 def _lineage(table: pa.Table, at: np.ndarray) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndarray]:
     """Source time (µs), topic, partition and offset of the rows ``at``, nulls filled as the
     general path fills them."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -49,6 +50,7 @@ def decide_pairs(
     """The decision for each pair (``run_at[i]`` of the run meets ``live_at[i]`` of live, the
     only row of its key on either side): :data:`APPLIED`, :data:`REJECTED_STALE`,
     :data:`SUPERSEDED`, or :data:`UNDECIDED` (for the general path)."""
+    # lazy: avoids numpy, pyarrow at import
     import numpy as np
     import pyarrow.compute as pc
 

@@ -30,6 +30,7 @@ def open_writer(
 
     ``store``: the warehouse's filesystem properties (a task passes its context's; the driver's
     default is the catalog's)."""
+    # lazy: avoids pyarrow at import
     import pyarrow.parquet as pq  # pyarrow only in the processes that write
 
     fs, root = filesystem(folder_uri, store)

@@ -17,6 +17,7 @@ The store's properties hold secrets: its ``repr`` masks them, and it is never lo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class WarehouseStore:
 
     def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """The pyarrow filesystem holding ``uri`` and the path of ``uri`` inside it."""
+        # lazy: avoids pyarrow at import
         import pyarrow.fs as pafs
 
         if is_local_uri(uri):
@@ -70,6 +72,7 @@ class WarehouseStore:
 @functools.lru_cache(maxsize=8)
 def _file_io(store: WarehouseStore) -> PyArrowFileIO:
     """One FileIO per store and process: its filesystems (and their connections) are reused."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     return PyArrowFileIO(dict(store.properties))
@@ -103,6 +106,7 @@ def make_dirs(uri: str, store: WarehouseStore | None = None) -> None:
 
 def remove_tree(uri: str, store: WarehouseStore | None = None) -> bool:
     """Delete the folder ``uri`` and everything under it; False when there was nothing."""
+    # lazy: avoids pyarrow at import
     import pyarrow.fs as pafs
 
     fs, path = filesystem(uri, store)
@@ -115,8 +119,6 @@ def remove_tree(uri: str, store: WarehouseStore | None = None) -> bool:
 def remove_files_under(root: str, uris: list[str], store: WarehouseStore | None = None) -> None:
     """Delete each of ``uris`` that lies under the folder ``root`` (a spool's own files, never
     a file it was only given); a file already gone is fine."""
-    import contextlib
-
     prefix = root.rstrip("/") + "/"
     for uri in uris:
         if uri.startswith(prefix):
