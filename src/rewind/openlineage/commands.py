@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 from rewind.openlineage.datasets import Assertion, iceberg, kafka, sink_datasets
 from rewind.openlineage.jobs import job_name
 from rewind.openlineage.runs import LineageRun, stable_run_id, track
+from rewind.spec import JobSpec
 
 if TYPE_CHECKING:
     from rewind.config import Settings
-    from rewind.spec import JobSpec
 
 
 def _spec_of_run(settings: Settings, run_id: str) -> tuple[JobSpec, str]:
     """The run's spec as the ledger holds it (secrets masked: enough to name datasets)."""
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import Ledger
-    from rewind.spec import JobSpec
 
     with Ledger.open(settings.ledger) as ledger:
         plan_id = ledger.get_run(run_id).plan_id
@@ -196,6 +196,7 @@ def compensated(lineage: LineageRun, result: Mapping[str, Any]) -> None:
 def reconsume(settings: Settings, reconsume_id: str, *args: Any, **kwargs: Any) -> LineageRun:
     """A reconsume, one OpenLineage run from ``start`` (START) to ``finish`` (COMPLETE): the
     same run id in both processes."""
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import Ledger
     from rewind.ledger.reconsumes import ReconsumeStore
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import yaml
+
 from rewind.openlineage.datasets import Dataset
 
 log = logging.getLogger(__name__)
@@ -79,8 +81,6 @@ def configured(env: Mapping[str, str] | None = None, cwd: Path | None = None) ->
 
 
 def _has_transport(path: Path) -> bool:
-    import yaml
-
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):
@@ -94,9 +94,11 @@ class ClientEmitter:
     enabled = True
 
     def __init__(self, namespace: str) -> None:
+        # lazy: avoids openlineage at import
         from openlineage.client import OpenLineageClient
         from openlineage.client.facet_v2 import set_producer
 
+        # lazy: avoids openlineage at import
         from rewind.openlineage.facets import PRODUCER
 
         set_producer(PRODUCER)  # the producer of every facet Rewind builds
@@ -132,8 +134,10 @@ class ClientEmitter:
         parent: Parent | None,
         error: str | None,
     ) -> Any:
+        # lazy: avoids openlineage at import
         from openlineage.client import event_v2
 
+        # lazy: avoids openlineage at import
         from rewind.openlineage import facets as f
 
         command = str(facts.get("command") or job_name.rsplit(".", 1)[-1])

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import attr
 from openlineage.client import event_v2
+from openlineage.client.constants import __version__ as client_version
 from openlineage.client.facet_v2 import (
     InputDatasetFacet,
     JobFacet,
@@ -46,8 +48,6 @@ PRODUCER = f"{PROJECT_URL}/tree/main/src/rewind/openlineage"
 
 
 def _rewind_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("rewind")
     except PackageNotFoundError:  # a checkout on PYTHONPATH
@@ -190,8 +190,6 @@ def run_facets(
     error: str | None,
 ) -> dict[str, Any]:
     """The run's facets; ``parent`` is (run id, job namespace, job name); every fact masked."""
-    from openlineage.client.constants import __version__ as client_version
-
     facts = mask(dict(facts))
     facets: dict[str, Any] = {
         "processing_engine": processing_engine_run.ProcessingEngineRunFacet(

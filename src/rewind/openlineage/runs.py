@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from rewind.errors import error_line
+from rewind.openlineage.datasets import spec_datasets
 from rewind.openlineage.emitter import Emitter, EventType, Parent, get_emitter
 from rewind.secrets import mask_text
 
@@ -170,8 +171,6 @@ def track(
     if spec is not None:
         facts = {**spec_facts(spec), **facts}
         if settings is not None and (inputs is None or outputs is None):
-            from rewind.openlineage.datasets import spec_datasets
-
             found_in, found_out = spec_datasets(settings, spec, facts.get("rewind_run_id"))
             inputs = found_in if inputs is None else inputs
             outputs = found_out if outputs is None else outputs

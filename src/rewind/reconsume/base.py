@@ -213,6 +213,7 @@ class Side(ABC):
         batch was handled and not committed, so this side handles it again after a restart.
         A rebalance's errors are not retried: the partitions may be another member's now.
         """
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import KafkaError, KafkaException
 
         assert self.consumer is not None
@@ -246,6 +247,7 @@ class Side(ABC):
 def message_error(message: Message) -> bool:
     """True when ``message`` is an event, not a record: end of partition is expected, any
     other error is fatal only when librdkafka says so (the rest it retries by itself)."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import KafkaError, KafkaException
 
     err = message.error()

@@ -46,6 +46,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.windows import TP
+from rewind.kafka import clients
 from rewind.ledger import Ledger
 from rewind.reconsume.base import Side, message_error
 
@@ -77,8 +78,6 @@ class ExistingSide(Side):
         self._recorded_at = float("-inf")
 
     def _build_consumer(self, conf: dict[str, Any]) -> Consumer:
-        from rewind.kafka import clients
-
         assert self.record is not None
         return clients.consumer(self._group_conf(conf, self.record.live_group))
 
@@ -148,6 +147,7 @@ class ExistingSide(Side):
 
     def _unwatch(self) -> None:
         """Stop looking at partitions whose consumer position is at or past their handover."""
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import TopicPartition
 
         assert self.consumer is not None
@@ -181,6 +181,7 @@ class ExistingSide(Side):
         nothing is left unhandled (the temporary side stops at the recorded offset + 1 and
         this side has handled every offset from its first one up to the truth).
         """
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import TopicPartition
 
         assert self.consumer is not None and self.table is not None

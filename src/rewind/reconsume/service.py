@@ -18,6 +18,7 @@ from rewind.core.windows import TP
 from rewind.groups import plan_reset
 from rewind.groups.exceptions import TimeAfterNewestRecord, TimeBeforeLogStart
 from rewind.groups.plan import parse_when
+from rewind.kafka import clients
 from rewind.kafka import groups as kg
 from rewind.kafka.exceptions import GroupNotFound
 from rewind.kafka.resolve import log_starts
@@ -189,8 +190,6 @@ def plan_reconsume(
 
 def _check_covered(settings: Settings, offsets: dict[TP, int], timeout_s: float) -> None:
     """``--from-offsets`` must name every partition of each topic it names (as Spark's options)."""
-    from rewind.kafka import clients
-
     metadata = clients.cluster_metadata(settings.kafka_config(), timeout_s)
     for topic in sorted({t for t, _p in offsets}):
         meta = metadata.topics.get(topic)

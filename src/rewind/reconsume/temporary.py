@@ -43,6 +43,7 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.windows import TP
+from rewind.kafka import clients
 from rewind.ledger import LeaseHeld, Ledger
 from rewind.ledger._common import current_owner
 from rewind.ledger.handover import Reason, TempStep
@@ -122,8 +123,6 @@ class TemporarySide(Side):
         self._keeper = keeper
 
     def _build_consumer(self, conf: dict[str, Any]) -> Consumer:
-        from rewind.kafka import clients
-
         assert self.record is not None
         settings = self._group_conf(
             conf, self.record.temp_group, **{"enable.partition.eof": True, "auto.offset.reset": "error"}
@@ -131,6 +130,7 @@ class TemporarySide(Side):
         return clients.consumer(settings)
 
     def _attach(self, consumer: Consumer) -> None:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import TopicPartition
 
         assert self.record is not None
@@ -165,6 +165,7 @@ class TemporarySide(Side):
         return self._e
 
     def _batch(self, messages: list[Message]) -> None:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import TopicPartition
 
         assert self.consumer is not None and self.table is not None and self._keeper is not None
