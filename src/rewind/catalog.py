@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 def load_catalog(settings: Settings) -> Catalog:
     """Load the configured catalog; any pyiceberg catalog type works (sql, rest, glue, hive)."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.catalog import load_catalog as _load
 
     props = settings.catalog_properties()

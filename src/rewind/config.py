@@ -84,6 +84,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlparse
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -249,8 +250,6 @@ class Settings(_Model):
         warehouse (``<warehouse>/_rewind_spool``), which the driver and every task reach with
         the catalog's credentials, so that ``state_dir`` need not be shared; else
         ``<state_dir>/spool``."""
-        from urllib.parse import urlparse
-
         if self.spool_dir:
             root = self.spool_dir.rstrip("/")
             return root if "://" in root else Path(root).expanduser().resolve().as_uri()

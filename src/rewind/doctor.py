@@ -7,6 +7,11 @@ from typing import Any
 
 from rewind.config import Settings
 from rewind.errors import RewindError
+from rewind.javacheck import require_java
+from rewind.kafka.apiversions import API_NAMES, api_versions
+from rewind.kafka.capabilities import probe_capabilities
+from rewind.kafka.clients import cluster_metadata
+from rewind.spark import session
 
 
 def _check(name: str, status: str, detail: str, seconds: float, **facts: Any) -> dict[str, Any]:
@@ -26,8 +31,6 @@ def run_doctor(settings: Settings, with_spark: bool = True,
 
     t0 = time.monotonic()
     try:
-        from rewind.javacheck import require_java
-
         major, line = require_java()
         checks.append(_check("java", "ok", line, time.monotonic() - t0, major=major))
     except RewindError as exc:
@@ -39,8 +42,6 @@ def run_doctor(settings: Settings, with_spark: bool = True,
     t0 = time.monotonic()
     broker_ok = False
     try:
-        from rewind.kafka.clients import cluster_metadata
-
         md = cluster_metadata(conf, timeout_s=5.0)
         checks.append(_check("broker", "ok",
                              f"{bootstrap}: {len(md.brokers)} broker(s), {len(md.topics)} topic(s)",
@@ -52,7 +53,6 @@ def run_doctor(settings: Settings, with_spark: bool = True,
 
     if broker_ok:
         checks.append(_api_versions_check(settings))
-        from rewind.kafka.capabilities import probe_capabilities
 
         for cap in probe_capabilities(conf, join_timeout_s=join_timeout_s):
             checks.append(_check(cap.name, cap.status, cap.detail, cap.seconds, **cap.facts))
@@ -60,8 +60,6 @@ def run_doctor(settings: Settings, with_spark: bool = True,
     if with_spark and not any(c["name"] == "java" and c["status"] == "failed" for c in checks):
         t0 = time.monotonic()
         try:
-            from rewind.spark import session
-
             spark = session(settings, app_name="rewind-doctor")
             version = spark.version
             spark.range(10).count()
@@ -78,8 +76,6 @@ def run_doctor(settings: Settings, with_spark: bool = True,
 
 
 def _api_versions_check(settings: Settings) -> dict[str, Any]:
-    from rewind.kafka.apiversions import API_NAMES, api_versions
-
     t0 = time.monotonic()
     protocol = settings.kafka.properties.get("security.protocol", "plaintext").lower()
     if protocol != "plaintext":

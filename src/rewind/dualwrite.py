@@ -40,9 +40,11 @@ class DualWriter:
     """Upserts a live service's rows into the tables a shadow's state names (see the module)."""
 
     def __init__(self, ledger_url: str, shadow: str, database_url: str, *, swap_wait_s: float = 30.0) -> None:
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import create_engine
         from sqlalchemy.pool import NullPool
 
+        # lazy: avoids sqlalchemy at import
         from rewind.ledger import Ledger
         from rewind.ledger.shadows import ShadowStore
 
@@ -73,6 +75,7 @@ class DualWriter:
 
     def upsert(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
         """Upsert ``rows`` into every table the shadow names now, in one transaction; the tables."""
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy.exc import OperationalError, ProgrammingError
 
         if not rows:
@@ -91,6 +94,7 @@ class DualWriter:
                 time.sleep(0.1)
 
     def _write(self, tables: list[str], key: list[str], rows: Sequence[Mapping[str, Any]]) -> None:
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import text
 
         columns = list(rows[0])

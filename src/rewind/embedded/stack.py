@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from rewind.catalog import load_catalog
 from rewind.config import Settings
 from rewind.embedded.broker import BrokerProcess, metadata_answers, port_open
 from rewind.errors import StackError
@@ -155,8 +156,6 @@ class Stack:
             self.broker.address, timeout=2.0)
 
     def _catalog_up(self) -> PartStatus:
-        from rewind.catalog import load_catalog
-
         t0 = time.monotonic()
         if self._embedded_catalog:
             (self.dir / "warehouse").mkdir(parents=True, exist_ok=True)
@@ -165,6 +164,7 @@ class Stack:
                           self._address("catalog"), seconds=time.monotonic() - t0)
 
     def _ledger_up(self) -> PartStatus:
+        # lazy: avoids sqlalchemy at import
         from rewind.ledger import connect, ensure_schema
 
         t0 = time.monotonic()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from rewind.errors import RewindError
 
@@ -71,8 +72,6 @@ class TimeAfterNewestRecord(ResetError):
         consequence: str,
         instead: str,
     ) -> None:
-        from datetime import UTC, datetime
-
         self.newest = dict(newest)
         (topic, partition), (offset, ts) = max(newest.items(), key=lambda item: (item[1][1], item[0]))
         at = datetime.fromtimestamp(ts / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
