@@ -42,6 +42,7 @@ class OrderProducer(threading.Thread):
         self.produced: list[dict[str, Any]] = []  # in produce order: an order's events in order
 
     def run(self) -> None:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import Producer
 
         try:
@@ -93,6 +94,7 @@ class TotalsService(threading.Thread):
         return [*domain.READ_MODEL_SCHEMA, *(["discount"] if self.discount else []), *_LINEAGE]
 
     def run(self) -> None:
+        # lazy: avoids confluent_kafka at import
         from confluent_kafka import Consumer
 
         try:

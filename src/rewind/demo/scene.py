@@ -8,6 +8,7 @@ kind, orders placed in the bug window, orders v1 got wrong, and the correct read
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Callable
@@ -16,13 +17,19 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 from rich.markup import escape
 
+from rewind.catalog import load_catalog
+from rewind.core.datatypes import arrow_type
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
+from rewind.history import archive_once
+from rewind.kafka import clients
+from rewind.kafka.producer import TransactionalProducer
+from rewind.sinks.sql.types import sqlite_type
 
 if TYPE_CHECKING:
-    import pandas as pd
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
@@ -98,9 +105,6 @@ def set_scene(
     window: Window,
     say: Say,
 ) -> Scene:
-    from rewind.catalog import load_catalog
-    from rewind.history import archive_once
-
     t0 = time.monotonic()
     history = domain.generate(events, partitions=PARTITIONS, seed=seed)
     topic = f"{prefix}.orders"
@@ -166,8 +170,6 @@ def set_scene(
 
 
 def _malformed_kind(value: bytes) -> str:
-    import json
-
     try:
         data = json.loads(value)
     except ValueError:
@@ -179,10 +181,9 @@ def _malformed_kind(value: bytes) -> str:
 
 def _produce(settings: Settings, topic: str, history: domain.History) -> list[list[int]]:
     """Recreate ``topic`` and produce the history in time order; each record's offset, per partition."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka.admin import NewTopic  # confluent-kafka only once the demo produces
 
-    from rewind.kafka import clients
-    from rewind.kafka.producer import TransactionalProducer
 
     conf = settings.kafka_config()
     admin = clients.admin(conf)
@@ -236,9 +237,10 @@ def _first_offsets_at(history: domain.History, offsets: list[list[int]], at_ms: 
 
 
 def _arrow_schema() -> pa.Schema:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
-    from rewind.core.datatypes import arrow_type
+    # lazy: avoids numpy, pyarrow at import
     from rewind.translate.lineage import LINEAGE_SCHEMA
 
     fields = [pa.field(name, arrow_type(kind)) for name, kind in domain.READ_MODEL_SCHEMA.items()]
@@ -247,6 +249,7 @@ def _arrow_schema() -> pa.Schema:
 
 
 def _write_iceberg_model(catalog: Catalog, name: str, v1: pd.DataFrame) -> None:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     schema = _arrow_schema()
@@ -264,8 +267,6 @@ _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # naive UTC text, as Rewind's SQLite sink
 def _write_sqlite_model(path: Path, v1: pd.DataFrame) -> None:
     """The service's SQL copy of the read model: its columns, a unique key, and (empty) lineage
     columns, which a backfill writes on every row it touches."""
-    from rewind.sinks.sql.types import sqlite_type
-
     path.parent.mkdir(parents=True, exist_ok=True)
     for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         leftover.unlink(missing_ok=True)  # the demo's own file: an earlier story's tables go with it
@@ -286,8 +287,6 @@ def _write_sqlite_model(path: Path, v1: pd.DataFrame) -> None:
 
 def read_sqlite_model(path: Path) -> pd.DataFrame:
     """``order_totals`` as the service reads it from SQLite now."""
-    import pandas as pd
-
     with sqlite3.connect(path) as db:
         frame = pd.read_sql_query(f"SELECT {', '.join(domain.READ_MODEL_SCHEMA)} FROM order_totals", db)
     for column in ("placed_at", "last_event_time"):

@@ -38,8 +38,17 @@ from rich.markup import escape
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
 from rewind.demo.live import OrderProducer, TotalsService, sqlite_time
-from rewind.demo.scene import Say, Window
+from rewind.demo.scene import PARTITIONS, Say, Window, set_scene
 from rewind.demo.story import DemoResult, expect
+from rewind.embedded.stack import Stack
+from rewind.errors import RewindError
+from rewind.job.planner import build_plan
+from rewind.shadow.cutover import cutover_hard
+from rewind.shadow.status import shadow_status
+from rewind.shadow.verify import verify_shadow
+from rewind.sinks.sql.types import sqlite_type
+from rewind.spark import session
+from rewind.spec import parse_spec
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -105,8 +114,6 @@ def read_totals(db: Path) -> list[tuple[Any, ...]]:
 
 
 def _wait(step: str, what: str, check: Callable[[], Any], timeout: float) -> Any:
-    from rewind.errors import RewindError
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -121,9 +128,6 @@ def _wait(step: str, what: str, check: Callable[[], Any], timeout: float) -> Any
 
 def _create_v1(settings: Settings, spec: Any, db: Path) -> None:
     """v1 as the live service keeps it: the job's columns but ``discount``, unique on the key."""
-    from rewind.job.planner import build_plan
-    from rewind.sinks.sql.types import sqlite_type
-
     db.unlink(missing_ok=True)
     schema = build_plan(settings, spec).output_schema()
     cols = ", ".join(f'"{f.name}" {sqlite_type(f.type)}' for f in schema if f.name != "discount")
@@ -143,6 +147,7 @@ class _Tail(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        # lazy: avoids sqlalchemy at import
         from rewind.shadow.start import start_shadow
 
         try:
@@ -172,14 +177,6 @@ def run_shadow_story(
     start_stack: bool = True,
 ) -> DemoResult:
     """Play the migration (see the module docstring); returns the steps and the summary."""
-    from rewind.demo.scene import PARTITIONS, set_scene
-    from rewind.embedded.stack import Stack
-    from rewind.shadow.cutover import cutover_hard
-    from rewind.shadow.status import shadow_status
-    from rewind.shadow.verify import verify_shadow
-    from rewind.spark import session
-    from rewind.spec import parse_spec
-
     result = DemoResult()
     began = time.monotonic()
     t0 = time.monotonic()
@@ -318,8 +315,6 @@ def read_v1(db: Path) -> list[tuple[Any, ...]]:
 
 
 def _caught_up(settings: Settings, name: str) -> dict[str, Any] | None:
-    from rewind.shadow.status import shadow_status
-
     status = shadow_status(settings, name)
     return status if status["caught_up"] else None
 

@@ -34,6 +34,11 @@ from rewind.core.console import QuietConsole, RunProgress
 from rewind.demo import orders as domain
 from rewind.demo.errors import DemoFailed
 from rewind.demo.scene import Say, Scene, Window, read_sqlite_model, set_scene
+from rewind.embedded.stack import Stack
+from rewind.job.publish import promote_run, rollback_run
+from rewind.spark import session
+from rewind.spec import parse_spec
+from rewind.verify.service import verify_run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -113,12 +118,8 @@ def run_demo(
 
     ``start_stack=False`` plays it on whatever the settings name (the tests' broker and catalog).
     """
-    from rewind.embedded.stack import Stack
-    from rewind.job.publish import promote_run, rollback_run
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import run_job
-    from rewind.spark import session
-    from rewind.spec import parse_spec
-    from rewind.verify.service import verify_run
 
     result = DemoResult()
     began = time.monotonic()
@@ -197,10 +198,8 @@ def sqlite_spec(scene: Scene, window: Window) -> dict[str, Any]:
 
 def _repair_sqlite_copy(settings: Settings, scene: Scene, window: Window, say: Say) -> str:
     """Step 6: the same job into SQLite: run, verify, promote; the copy must equal the correct model."""
-    from rewind.job.publish import promote_run
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import run_job
-    from rewind.spec import parse_spec
-    from rewind.verify.service import verify_run
 
     step = "sqlite copy"
     say(
@@ -224,6 +223,7 @@ def _repair_sqlite_copy(settings: Settings, scene: Scene, window: Window, say: S
 
 
 def _plan(settings: Settings, spec: Any, scene: Scene, window: Window, say: Say) -> Any:
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import plan_job
 
     say(
