@@ -33,7 +33,12 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.counts import flatten_reasons
 from rewind.errors import RewindError
+from rewind.job.merge import recorded_merge
+from rewind.kafka.groups import committed_offsets, log_bounds
+from rewind.ops.readiness import LIVE_LAG
+from rewind.secrets import mask_url
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +67,6 @@ def stage_observations(timings: list[dict[str, Any]]) -> dict[str, list[float]]:
 
 def group_lag(conf: dict[str, Any], group: str) -> dict[tuple[str, int], int] | None:
     """Lag per partition of ``group`` (log end minus committed offset); None: no such group."""
-    from rewind.kafka.groups import committed_offsets, log_bounds
-
     committed = {tp: o for tp, o in committed_offsets(conf, group).items() if o is not None}
     if not committed:
         return None
@@ -75,6 +78,7 @@ class RunCollector:
     """The metric families of one run (see the module docstring); thread-safe scrapes."""
 
     def __init__(self, settings: Settings, run_id: str, timings: list[dict[str, Any]] | None = None) -> None:
+        # lazy: avoids sqlalchemy at import
         from rewind.job.service import load_plan, open_ledger
 
         self.settings, self.run_id = settings, run_id
@@ -121,8 +125,8 @@ class RunCollector:
     def _record_lag(self) -> None:
         """Each sample into the ledger (``live-lag`` probes naming the run): the run report's lag
         chart, and readiness evidence that the groups' lag was measured."""
+        # lazy: avoids sqlalchemy at import
         from rewind.ledger.evidence import EvidenceStore
-        from rewind.ops.readiness import LIVE_LAG
 
         store = EvidenceStore(self.ledger.engine)
         for group, parts in self._lag.items():
@@ -130,9 +134,8 @@ class RunCollector:
             store.record_probe(LIVE_LAG, group, parts is not None, {"run": self.run_id, "lag": lag})
 
     def collect(self) -> Iterator[Any]:
+        # lazy: avoids prometheus_client at import
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
-        from rewind.core.counts import flatten_reasons
 
         job, run = self.job, self.run_id
         part = ["job", "run", "topic", "partition", "source"]
@@ -217,9 +220,8 @@ class RunCollector:
             yield total
 
     def _merge(self, job: str, run: str) -> Iterator[Any]:
+        # lazy: avoids prometheus_client at import
         from prometheus_client.core import CounterMetricFamily
-
-        from rewind.job.merge import recorded_merge
 
         merged = recorded_merge(self.ledger, run) or {}
         family = CounterMetricFamily(
@@ -235,9 +237,8 @@ class RunCollector:
 
 def push_run(settings: Settings, run_id: str, url: str, timings: list[dict[str, Any]] | None = None) -> None:
     """Push the run's families to a Pushgateway (grouped by ``job`` and ``run``)."""
+    # lazy: avoids prometheus_client at import
     from prometheus_client import CollectorRegistry, push_to_gateway
-
-    from rewind.secrets import mask_url
 
     collector = RunCollector(settings, run_id, timings)
     try:

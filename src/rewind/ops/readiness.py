@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import RewindError
+from rewind.job.spec_secrets import field_name, masked_fields, spec_data
 from rewind.secrets import mask, mask_url
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ def broker_subject(settings: Settings) -> str:
 
 def record_doctor(settings: Settings, report: dict[str, Any]) -> int:
     """Store ``rewind doctor``'s report as evidence of this broker's capabilities."""
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import Ledger
     from rewind.ledger.evidence import EvidenceStore
 
@@ -79,6 +81,7 @@ class Evidence:
 
 
 def gather(settings: Settings, spec: JobSpec, live_groups: list[str]) -> Evidence:
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import Ledger
     from rewind.ledger.evidence import EvidenceStore
 
@@ -237,8 +240,6 @@ def _compatibility(gates: dict[str, Any], ev: Evidence, rh: str) -> Score:
 
 
 def _governance(spec: JobSpec) -> Score:
-    from rewind.job.spec_secrets import field_name, masked_fields, spec_data
-
     inline = [field_name(p) for p in masked_fields(mask(spec_data(spec)))]
     if inline:
         return Score(
@@ -270,6 +271,7 @@ def live_groups_of(spec: JobSpec) -> list[str]:
 
 def readiness(settings: Settings, spec: JobSpec) -> dict[str, Any]:
     """Plan (stored, as ``rewind plan`` does) and score ``spec``: the scorecard as a dict."""
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import plan_job
 
     plan = plan_job(settings, spec)
@@ -293,6 +295,7 @@ def gate_run(settings: Settings, spec: JobSpec, accept_risk: str | None) -> dict
     ``rewind show RUN`` and the run's report show it. A plan refused by a gate returns None: the
     run refuses it itself, with the plan's own message.
     """
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
 
     if accept_risk is not None and not accept_risk.strip():

@@ -29,11 +29,20 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from rewind.catalog import load_catalog
 from rewind.core.console import QUIET, Console
 from rewind.core.slices import SliceError, slice_units
 from rewind.errors import RewindError
+from rewind.job.components import make_sink
+from rewind.job.cost import cores_of, cost_estimate
+from rewind.job.planner import build_plan
+from rewind.job.publish import cleanup_run, promote_run, rollback_run
+from rewind.job.runner import execute, start_run
 from rewind.openlineage import commands as lineage
 from rewind.openlineage.runs import emits
+from rewind.ops.metrics import group_lag
+from rewind.ops.readiness import LIVE_LAG
+from rewind.ops.stage_rates import measure_stages, read_table_sample, wave_costs
 from rewind.ops.throwaway import (
     RehearsalError,
     cleanup_targets,
@@ -42,6 +51,7 @@ from rewind.ops.throwaway import (
     throwaway_spec,
     throwaway_verify,
 )
+from rewind.verify.service import default_report_path, verify_run
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -65,9 +75,7 @@ def rehearse(
     console: Console = QUIET,
 ) -> dict[str, Any]:
     """Rehearse ``spec`` on a slice; returns (and stores) the rehearsal's record as a dict."""
-    from rewind.job.cost import cores_of, cost_estimate
-    from rewind.job.planner import build_plan
-    from rewind.job.runner import execute, start_run
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
     from rewind.ledger.evidence import EvidenceStore, new_rehearsal_id
 
@@ -117,8 +125,6 @@ def rehearse(
     started = time.monotonic()
     error: str | None = None
     try:
-        from rewind.job.components import make_sink
-
         run_id = start_run(ledger, plan, make_sink(settings, throw).target)
         details["run_id"] = run_id
         outcome = execute(settings, ledger, plan, run_id, console=console, timings=timings)
@@ -179,9 +185,6 @@ def rehearse(
 
 def _publish_steps(settings: Settings, run_id: str, steps: dict[str, Any], throw: JobSpec) -> None:
     """Verify, promote onto the throw-away target, roll back: each recorded; stops at a failure."""
-    from rewind.job.publish import promote_run, rollback_run
-    from rewind.verify.service import default_report_path, verify_run
-
     path = default_report_path(settings, run_id).with_suffix(".json")
     report = verify_run(settings, run_id, path, verify=throwaway_verify(throw))
     steps["verify"] = {
@@ -203,9 +206,6 @@ def _cleanup(settings: Settings, throw: JobSpec, run_id: str | None, tag: str) -
     the throw-away target's and quarantine's namespaces whose name carries the rehearsal's tag
     (target, quarantine, staging, scratch), and their files when the warehouse is a local
     folder; then what is left of a throw-away SQL table or topic (:func:`cleanup_targets`)."""
-    from rewind.catalog import load_catalog
-    from rewind.job.publish import cleanup_run
-
     out: dict[str, Any] = {"ok": True, "dropped": [], "files": []}
     catalog = load_catalog(settings)
     iceberg = throw.sink.iceberg.table if throw.sink.iceberg is not None else None
@@ -254,8 +254,6 @@ def _measure(
 ) -> dict[str, Any]:
     """Stage rates, the bottleneck, quarantine rates and the rates the cost model uses, with
     the record bytes the run's tasks read per source and per record (``bytes_per_record``)."""
-    from rewind.ops.stage_rates import measure_stages, read_table_sample, wave_costs
-
     sample = read_table_sample(settings, spec, plan.read_plan) if spec.source.table is not None else None
     measured = measure_stages(settings.kafka_config(), spec, plan.units, timings, sample)
     units = sum(t["units"] for t in timings)
@@ -279,6 +277,7 @@ def _measure(
 
 def _records_by_source(settings: Settings, plan: JobPlan, run_id: str | None) -> dict[str, int]:
     """Records the run's units read, per source (from the ledger: gaps and markers excluded)."""
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
 
     if run_id is None:
@@ -295,10 +294,9 @@ def _records_by_source(settings: Settings, plan: JobPlan, run_id: str | None) ->
 def _sample_live_lag(settings: Settings, spec: JobSpec) -> dict[str, Any]:
     """The lag of the spec's live groups after the slice ran, each stored as a probe (readiness
     evidence); a group that does not exist is recorded as not found (readiness: yellow)."""
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
     from rewind.ledger.evidence import EvidenceStore
-    from rewind.ops.metrics import group_lag
-    from rewind.ops.readiness import LIVE_LAG
 
     out: dict[str, Any] = {}
     groups = list(spec.live_groups or [])

@@ -10,9 +10,13 @@ network): the page can be mailed or attached to a change ticket as it is.
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.cost import describe
+from rewind.ops.readiness import LIVE_LAG
 from rewind.verify.report_svg import COLOURS, esc, svg_columns
 
 if TYPE_CHECKING:
@@ -24,9 +28,9 @@ LAG_COLOUR = "#c53030"
 
 def gather(settings: Settings, run_id: str) -> dict[str, Any]:
     """Everything the page shows, as JSON-ready data (``rewind report RUN --json``)."""
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import load_plan, open_ledger, show_run
     from rewind.ledger.evidence import EvidenceStore
-    from rewind.ops.readiness import LIVE_LAG
 
     shown = show_run(settings, run_id)
     with open_ledger(settings) as ledger:
@@ -88,8 +92,6 @@ def _partitions(units: Any) -> list[dict[str, Any]]:
 
 def _rate_series(data: dict[str, Any]) -> tuple[list[str], list[float]]:
     """Records per second over the run, in up to BUCKETS buckets of the commit times."""
-    from datetime import datetime
-
     points = [(datetime.fromisoformat(p["at"]), p["records"]) for p in data["progress"]]
     started = data["run"].get("started_at")
     if not points or not started:
@@ -107,8 +109,6 @@ def _rate_series(data: dict[str, Any]) -> tuple[list[str], list[float]]:
 
 def render(data: dict[str, Any]) -> str:
     """The page (self-contained HTML)."""
-    from rewind.core.cost import describe
-
     run, plan = data["run"], data["plan"]
     ok = run["state"] in ("succeeded", "promoted")
     out = [
@@ -244,8 +244,6 @@ def _flat(reasons: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _short(details: Any) -> str:
-    import json
-
     text = json.dumps(details, sort_keys=True, default=str)
     return text if len(text) <= 240 else text[:237] + "..."
 

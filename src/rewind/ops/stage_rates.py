@@ -25,6 +25,13 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.parquet import open_writer
+from rewind.core.ranges import OffsetRange
+from rewind.spark.kafka_fetch import fetch_ranges
+from rewind.tables.placement import KeyRange
+from rewind.tables.selection import choose
+from rewind.translate.factory import make_decoder, make_translator, transform_name
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -78,10 +85,9 @@ def measure_stages(
 def _read_kafka_sample(conf: dict[str, Any], units: tuple[WorkUnit, ...]) -> tuple[pa.Table | None, float]:
     """Up to ``SAMPLE`` of the slice's Kafka records, one piece per partition (the consumer
     reads distinct partitions at once), and the seconds the fetch took."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
-    from rewind.core.ranges import OffsetRange
-    from rewind.spark.kafka_fetch import fetch_ranges
 
     ranges, left, seen = [], SAMPLE, set()
     for u in (u for u in units if u.source == "kafka"):
@@ -105,12 +111,12 @@ def read_table_sample(
 ) -> tuple[pa.Table | None, float]:
     """Up to ``SAMPLE`` rows of a table source's first key ranges, read as a task reads them
     (the database's batches turned into Kafka-shaped records), and the seconds it took."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
-    from rewind.tables.placement import KeyRange
+    # lazy: avoids numpy, pandas, pyarrow at import
     from rewind.tables.plan import reader_of
     from rewind.tables.records import as_records
-    from rewind.tables.selection import choose
 
     table = spec.source.table
     assert table is not None
@@ -140,8 +146,7 @@ def read_table_sample(
 
 def _downstream(spec: JobSpec, table: pa.Table) -> dict[str, dict[str, Any]]:
     """decode, translate and write, each timed alone on ``table``."""
-    from rewind.core.parquet import open_writer
-    from rewind.translate.factory import make_decoder, make_translator, transform_name
+    # lazy: avoids numpy, pandas, pyarrow at import
     from rewind.translate.process import ProcessContext, process_batch
 
     n = table.num_rows

@@ -28,12 +28,20 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.slices import SliceError, positions, shares, slice_units
+from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
+from rewind.job.components import make_sink
+from rewind.job.plan import plan_id_of
+from rewind.kafka.clients import admin, cluster_metadata
+from rewind.sinks.sql.names import TableName, short_ident
+from rewind.spec import JobSpec
+from rewind.spec.verify import Reference, SqlReference, Verify
+from rewind.tables.placement import KeyRange
+from rewind.tables.selection import choose
 
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
-    from rewind.spec import JobSpec
 
 EMPTY_REFERENCE = "SELECT * FROM staging WHERE 1 = 0"
 """The reference a throw-away Kafka topic is verified against: the topic held nothing before
@@ -47,9 +55,6 @@ class RehearsalError(RewindError):
 def throwaway_spec(spec: JobSpec, tag: str, *, partitions: int | None = None) -> JobSpec:
     """The same job under another name, target and quarantine, with the default verify
     (``partitions``: a table source's topic partition count, from the real plan)."""
-    from rewind.sinks.sql.names import short_ident
-    from rewind.spec import JobSpec
-
     data = json.loads(spec.model_dump_json(by_alias=True))
     data["name"] = f"{spec.name[:54]}-{tag}"
     sink = data["sink"]
@@ -86,8 +91,6 @@ def target_name(spec: JobSpec) -> str:
 def throwaway_verify(spec: JobSpec) -> Any:
     """The verify section of the rehearsal: the (empty) throw-away target; a Kafka topic has no
     target to read, so it is compared with an empty reference in ``repair`` mode."""
-    from rewind.spec.verify import Reference, SqlReference, Verify
-
     if spec.sink.kafka is None:
         return Verify()
     return Verify(reference=Reference(sql=SqlReference(query=EMPTY_REFERENCE)), mode="repair")
@@ -97,8 +100,6 @@ def slice_plan(
     settings: Settings, plan: JobPlan, spec: JobSpec, *, fraction: float | None, records: int | None
 ) -> JobPlan:
     """``plan`` (of the throw-away spec) cut down to its slice, under its own plan id."""
-    from rewind.job.plan import plan_id_of
-
     read_plan = plan.read_plan
     try:
         if spec.source.table is not None:
@@ -138,10 +139,8 @@ def _slice_table(
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """A table plan's key ranges cut to pieces of the selected keys (fetched again, as the plan
     fetched them): the units and the read plan naming their ranges."""
-    from rewind.core.units import WorkUnit
-    from rewind.tables.placement import KeyRange
+    # lazy: avoids numpy, pandas, pyarrow at import
     from rewind.tables.plan import reader_of
-    from rewind.tables.selection import choose
 
     table = spec.source.table
     assert table is not None
@@ -187,10 +186,9 @@ def cleanup_targets(settings: Settings, throw: JobSpec, tag: str) -> dict[str, A
 
 
 def _drop_sql(settings: Settings, throw: JobSpec, tag: str, out: dict[str, Any]) -> None:
+    # lazy: avoids sqlalchemy at import
     from sqlalchemy import inspect, text
 
-    from rewind.job.components import make_sink
-    from rewind.sinks.sql.names import TableName
 
     sink = make_sink(settings, throw)
     engine = sink._engine()  # type: ignore[attr-defined]
@@ -208,8 +206,6 @@ def _drop_sql(settings: Settings, throw: JobSpec, tag: str, out: dict[str, Any])
 
 
 def _drop_topics(settings: Settings, tag: str, out: dict[str, Any]) -> None:
-    from rewind.kafka.clients import admin, cluster_metadata
-
     def tagged() -> list[str]:
         return sorted(t for t in cluster_metadata(settings.kafka_config()).topics if t.endswith(f".{tag}"))
 
