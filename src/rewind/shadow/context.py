@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rewind.job.components import make_sink
 from rewind.shadow.exceptions import ShadowError
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class ShadowContext:
 
 def load_shadow(settings: Settings, ledger: Ledger, name: str) -> ShadowContext:
     """The shadow ``name`` (one line when there is none) with its run's plan and staging."""
-    from rewind.job.components import make_sink
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import usable_plan
     from rewind.ledger import NotFound
     from rewind.ledger.shadows import ShadowStore

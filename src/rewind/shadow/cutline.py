@@ -26,6 +26,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rewind.kafka import groups
+from rewind.shadow.context import load_shadow
 from rewind.shadow.exceptions import ShadowError
 from rewind.shadow.positions import coverage
 
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
 def tail_running(ledger: Ledger, name: str) -> str | None:
     """The process (``host:pid``) tailing the shadow now, if one is."""
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import owner_is_dead
 
     lease = ledger.lease(f"shadow:{name}")
@@ -52,8 +55,6 @@ def history_starts(ctx: ShadowContext) -> dict[tuple[str, int], int]:
 
 def cut_line(settings: Settings, ctx: ShadowContext) -> dict[tuple[str, int], dict[str, Any]]:
     """Per partition: the live group's committed offset and the cut line under the overlap."""
-    from rewind.kafka import groups
-
     config = ctx.config
     conf = settings.kafka_config()
     topics = list(ctx.spec.source.window.topics)
@@ -133,9 +134,8 @@ def prove(ctx: ShadowContext, line: dict[tuple[str, int], dict[str, Any]]) -> di
 
 def cut_shadow(settings: Settings, name: str) -> dict[str, Any]:
     """``rewind shadow cut NAME``: compute, prove, record the cut line; reset the group to it."""
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
-    from rewind.kafka import groups
-    from rewind.shadow.context import load_shadow
 
     ledger = open_ledger(settings)
     try:

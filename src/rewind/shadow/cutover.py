@@ -21,10 +21,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind.job.publish import promote_run
+from rewind.kafka import groups
+from rewind.kafka.exceptions import GroupActive
+from rewind.shadow.context import load_shadow
 from rewind.shadow.cutline import cut_shadow, tail_running
 from rewind.shadow.exceptions import ShadowError
 from rewind.shadow.lag import caught_up
 from rewind.shadow.verify import go_no_go
+from rewind.sinks.iceberg.shadow import IcebergTargetMoved
+from rewind.sinks.sql.exceptions import TargetMoved
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -33,9 +39,6 @@ if TYPE_CHECKING:
 
 def check_gates(settings: Settings, ctx: ShadowContext, running: str | None) -> dict[str, str]:
     """Gates 1-4 (see the module docstring); the reasons they hold, or a one-line refusal."""
-    from rewind.kafka import groups
-    from rewind.kafka.exceptions import GroupActive
-
     name, config = ctx.record.name, ctx.config
     samples = ctx.store.events(name, "lag", limit=int(config.caught_up_for_s) + 240)
     up, up_why = caught_up(samples, config, samples[-1].at) if samples else (False, "no lag sample yet")
@@ -60,11 +63,8 @@ def check_gates(settings: Settings, ctx: ShadowContext, running: str | None) -> 
 
 
 def cutover_hard(settings: Settings, name: str) -> dict[str, Any]:
-    from rewind.job.publish import promote_run
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
-    from rewind.shadow.context import load_shadow
-    from rewind.sinks.iceberg.shadow import IcebergTargetMoved
-    from rewind.sinks.sql.exceptions import TargetMoved
 
     ledger = open_ledger(settings)
     try:
@@ -91,6 +91,7 @@ def cutover_hard(settings: Settings, name: str) -> dict[str, Any]:
     facts = {"mode": "hard", "gates": gates, "swap": promoted["swap"], "cut_line_at": cut.get("at")}
     ledger = open_ledger(settings)
     try:
+        # lazy: avoids sqlalchemy at import
         from rewind.ledger.shadows import ShadowStore
 
         ShadowStore(ledger.engine).move(

@@ -11,10 +11,17 @@ as the fold gets them (and on one row of defaults if it refuses an empty frame).
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.columns import LINEAGE_PREFIX
 from rewind.errors import RewindError
+from rewind.job.planner import build_plan
 from rewind.shadow.exceptions import ShadowError
+from rewind.spark.fold_stage import _nullable
+from rewind.translate.factory import declared_output_schema, make_decoder, make_translator
+from rewind.translate.functions import infer_output_schema, load_callable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -25,10 +32,9 @@ if TYPE_CHECKING:
 
 def check_fold_takes_own_rows(settings: Settings, spec: JobSpec) -> None:
     """Raise a one-line :class:`ShadowError` when ``translate.fold`` cannot take its own rows."""
+    # lazy: avoids pandas at import
     import pandas as pd
 
-    from rewind.core.columns import LINEAGE_PREFIX
-    from rewind.translate.functions import load_callable
 
     reference = spec.translate.fold
     if reference is None:
@@ -62,9 +68,6 @@ def check_fold_takes_own_rows(settings: Settings, spec: JobSpec) -> None:
 
 def _translate_schema(settings: Settings, spec: JobSpec) -> pa.Schema | None:
     """The translate's output columns: declared, or the function's on an empty frame, or the plan's."""
-    from rewind.translate.factory import declared_output_schema, make_decoder, make_translator
-    from rewind.translate.functions import infer_output_schema
-
     declared = declared_output_schema(spec.translate)
     if declared is not None:
         return declared
@@ -74,18 +77,16 @@ def _translate_schema(settings: Settings, spec: JobSpec) -> pa.Schema | None:
             return infer_output_schema(translator, make_decoder(spec.decode).empty_events()).arrow_schema()
         except RewindError:
             pass
-    from rewind.job.planner import build_plan  # samples the source: only when nothing cheaper knows
 
-    plan = build_plan(settings, spec)
+    plan = build_plan(settings, spec)  # samples the source: only when nothing cheaper knows
     return plan.output_schema() if plan.output_schema_b64 else None
 
 
 def _frame(fields: list[pa.Field], rows: int) -> Any:
     """``rows`` (0 or 1) rows of ``fields``, typed as a fold task gets them; the one row holds
     each type's zero (0, "", the epoch...)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
-
-    from rewind.spark.fold_stage import _nullable
 
     arrays = []
     for f in fields:
@@ -98,9 +99,7 @@ def _frame(fields: list[pa.Field], rows: int) -> Any:
 
 
 def _zero(t: pa.DataType) -> Any:
-    import datetime as dt
-    from decimal import Decimal
-
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if pa.types.is_boolean(t):

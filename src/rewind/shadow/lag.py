@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from rewind.kafka import groups
 from rewind.shadow.positions import coverage
 
 if TYPE_CHECKING:
@@ -54,8 +55,6 @@ def sample(
     settings: Settings, topics: Sequence[str], live_group: str, committed_units: Sequence[str]
 ) -> list[PartitionLag]:
     """One lag sample of every partition of ``topics``."""
-    from rewind.kafka import groups
-
     conf = settings.kafka_config()
     covered = coverage(committed_units)
     committed = groups.committed_offsets(conf, live_group, list(topics))  # every partition of topics

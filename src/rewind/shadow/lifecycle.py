@@ -20,17 +20,23 @@ from __future__ import annotations
 import shutil
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rewind.job.publish import cleanup_run, promote_run
+from rewind.shadow.context import load_shadow
 from rewind.shadow.cutline import cut_shadow, tail_running
 from rewind.shadow.cutover import check_gates
 from rewind.shadow.exceptions import ShadowError
+from rewind.sinks.iceberg.shadow import IcebergTargetMoved
+from rewind.sinks.sql.exceptions import TargetMoved
 
 if TYPE_CHECKING:
     from rewind.config import Settings
 
 
 def _store(settings: Settings) -> Any:
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
     from rewind.ledger.shadows import ShadowStore
 
@@ -40,8 +46,6 @@ def _store(settings: Settings) -> Any:
 
 def cutover_dual_write(settings: Settings, name: str) -> dict[str, Any]:
     """Gates as for ``--hard``, the proven cut line, then ``dual-write`` published."""
-    from rewind.shadow.context import load_shadow
-
     ledger, _ = _store(settings)
     try:
         ctx = load_shadow(settings, ledger, name)
@@ -85,11 +89,6 @@ def cutover_dual_write(settings: Settings, name: str) -> dict[str, Any]:
 
 def repoint(settings: Settings, name: str, *, attempts: int = 5) -> dict[str, Any]:
     """Swap v2 in for v1 while the dual writers run (see the module docstring)."""
-    from rewind.job.publish import promote_run
-    from rewind.shadow.context import load_shadow
-    from rewind.sinks.iceberg.shadow import IcebergTargetMoved
-    from rewind.sinks.sql.exceptions import TargetMoved
-
     ledger, store = _store(settings)
     try:
         ctx = load_shadow(settings, ledger, name)
@@ -123,9 +122,6 @@ def repoint(settings: Settings, name: str, *, attempts: int = 5) -> dict[str, An
 
 def decommission(settings: Settings, name: str) -> dict[str, Any]:
     """Drop v1 once ``monitoring_s`` has passed since the swap."""
-    from rewind.job.publish import cleanup_run
-    from rewind.shadow.context import load_shadow
-
     ledger, store = _store(settings)
     try:
         ctx = load_shadow(settings, ledger, name)
@@ -163,9 +159,7 @@ def decommission(settings: Settings, name: str) -> dict[str, Any]:
 
 def abort(settings: Settings, name: str) -> dict[str, Any]:
     """Drop v2 and the tail's checkpoint of a shadow not swapped in."""
-    from pathlib import Path
-
-    from rewind.job.publish import cleanup_run
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import NotFound
 
     ledger, store = _store(settings)

@@ -28,19 +28,28 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from rewind.catalog import load_catalog
 from rewind.core.console import QUIET, Console
-from rewind.ledger.shadows import ShadowEvent
+from rewind.job.components import make_sink, quarantine_table
+from rewind.job.service import load_plan, open_ledger, resume_job, run_job, usable_plan
+from rewind.ledger import NotFound, new_run_id
+from rewind.ledger.shadows import ShadowEvent, ShadowStore
 from rewind.openlineage import commands as lineage
 from rewind.openlineage.runs import emits
 from rewind.shadow.exceptions import ShadowError
 from rewind.shadow.fold_check import check_fold_takes_own_rows
 from rewind.shadow.lag import PartitionLag, caught_up, sample
+from rewind.shadow.tail import TailWriter
+from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+from rewind.spark import session
+from rewind.spark.shadow_tail import start_tail
+from rewind.spark.stream_restarts import RestartPolicy, StreamSupervisor
 
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
     from rewind.ledger import Ledger
-    from rewind.ledger.shadows import ShadowRecord, ShadowStore
+    from rewind.ledger.shadows import ShadowRecord
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -76,10 +85,6 @@ def start_shadow(
     sample_s: float = 2.0,
 ) -> dict[str, Any]:
     """Run steps 1-4 (see the module docstring); returns the shadow's facts when the tail stops."""
-    from rewind.job.service import open_ledger
-    from rewind.ledger import new_run_id
-    from rewind.ledger.shadows import ShadowStore
-
     config = spec.shadow
     if config is None:
         raise ShadowError(f"spec {spec.name} has no shadow: section; add one (shadow: {{live_group: ...}})")
@@ -113,9 +118,6 @@ def _history(
     spec: JobSpec,
     console: Console,
 ) -> ShadowRecord:
-    from rewind.job.service import resume_job, run_job
-    from rewind.ledger import NotFound
-
     try:
         run = ledger.get_run(record.run_id)
     except NotFound:
@@ -134,8 +136,6 @@ def _history(
 
 
 def _plan(ledger: Ledger, run_id: str) -> JobPlan:
-    from rewind.job.service import load_plan
-
     return load_plan(ledger, ledger.get_run(run_id).plan_id)
 
 
@@ -159,13 +159,6 @@ def _tail(
     stop: Callable[[TailProgress], bool] | None,
     sample_s: float,
 ) -> dict[str, Any]:
-    from rewind.job.components import make_sink
-    from rewind.job.service import usable_plan
-    from rewind.shadow.tail import TailWriter
-    from rewind.spark import session
-    from rewind.spark.shadow_tail import start_tail
-    from rewind.spark.stream_restarts import RestartPolicy, StreamSupervisor
-
     run = ledger.get_run(record.run_id)
     plan = usable_plan(settings, ledger, run.plan_id, how="the original spec (rewind shadow start SPEC)")
     spec = plan.job_spec()
@@ -256,10 +249,6 @@ def _tail(
 
 def _quarantine(settings: Settings, plan: JobPlan) -> Any:
     """The run's quarantine table (the history run created it), written directly."""
-    from rewind.catalog import load_catalog
-    from rewind.job.components import quarantine_table
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
-
     table = quarantine_table(plan.job_spec())
     return IcebergSink(load_catalog(settings), table), IcebergStaging(
         f"iceberg:{table}", table, None, None, False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind.shadow.context import load_shadow
 from rewind.shadow.lag import caught_up, max_lag, sample
 
 if TYPE_CHECKING:
@@ -13,8 +14,8 @@ if TYPE_CHECKING:
 def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[str, Any]:
     """A fresh lag sample (v2's committed units against the log end and the live group) and the
     caught-up verdict over the samples the running tail recorded."""
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
-    from rewind.shadow.context import load_shadow
 
     ledger = open_ledger(settings)
     try:

@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING, Any
 from rewind import faults
 from rewind.core.counts import UNIT_COUNTS_KEY, RecordCounts
 from rewind.shadow.exceptions import ShadowError
+from rewind.spark.fold_stage import fold_arrow
+from rewind.spark.job_stage import StageContext
+from rewind.spark.shadow_tail import process_batch_units
+from rewind.translate.functions import load_callable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -76,9 +80,6 @@ class TailWriter:
         self.known_q = self.qsink.committed_units(self.qstaging, self.run_id)
 
     def __call__(self, df: DataFrame, batch: TailBatch) -> None:
-        from rewind.spark.job_stage import StageContext
-        from rewind.spark.shadow_tail import process_batch_units
-
         ids = [u.id for u in batch.units]
         if not ids:
             return
@@ -132,8 +133,6 @@ def row_fold(plan: JobPlan) -> RowFold | None:
     spec = plan.job_spec()
     if spec.translate.fold is None:
         return None
-    from rewind.spark.fold_stage import fold_arrow
-    from rewind.translate.functions import load_callable
 
     fn = load_callable(spec.translate.fold, "translate.fold")
     key, schema = list(spec.key), plan.output_schema()

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.columns import SOURCE_TIMESTAMP
+from rewind.shadow.context import load_shadow
 from rewind.shadow.exceptions import ShadowError
+from rewind.spark import session
+from rewind.spec import Verify
+from rewind.verify.report import summary
+from rewind.verify.service import verify_frames
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -48,6 +53,7 @@ def settled(
     v2: DataFrame, v1: DataFrame, key: list[str], cutoff: datetime
 ) -> tuple[DataFrame, DataFrame, int]:
     """Both sides without the keys whose row on either side is newer than ``cutoff``."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     fresh = (
@@ -63,12 +69,9 @@ def settled(
 
 def verify_once(settings: Settings, ctx: ShadowContext) -> dict[str, Any]:
     """One comparison of v2 with v1 on settled keys; recorded; returns the summary."""
+    # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
-    from rewind.spark import session
-    from rewind.spec import Verify
-    from rewind.verify.report import summary
-    from rewind.verify.service import verify_frames
 
     if ctx.staging is None or ctx.record.state not in ("tailing", "cut"):
         raise ShadowError(
@@ -119,6 +122,7 @@ def verify_once(settings: Settings, ctx: ShadowContext) -> dict[str, Any]:
         "v2": staging.table,
     }
     ctx.store.add_event(ctx.record.name, "verify", facts)
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import Ledger  # the run's verify entry: `rewind promote`'s gate reads it
 
     ledger = Ledger(ctx.store.engine)
@@ -135,8 +139,8 @@ def verify_shadow(
     on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """``repeat`` verifications ``every_s`` apart; the results and the go/no-go after them."""
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
-    from rewind.shadow.context import load_shadow
 
     ledger = open_ledger(settings)
     try:
