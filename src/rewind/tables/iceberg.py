@@ -36,6 +36,7 @@ class IcebergReader(TableReader):
         return {**self.__dict__, "_table": None}
 
     def _load(self) -> Table:
+        # lazy: avoids pyiceberg at import
         from pyiceberg.catalog import load_catalog
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
@@ -51,6 +52,7 @@ class IcebergReader(TableReader):
         return self._table
 
     def key_type(self) -> KeyType | None:
+        # lazy: avoids pyiceberg at import
         from pyiceberg.types import IntegerType, LongType, StringType
 
         schema = self._load().schema()
@@ -73,6 +75,7 @@ class IcebergReader(TableReader):
     def _filter(
         self, selection: Selection, lo: Key | None = None, hi: Key | None = None
     ) -> BooleanExpression:
+        # lazy: avoids pyiceberg at import
         import pyiceberg.expressions
         from pyiceberg.expressions.parser import parse
 
@@ -97,6 +100,7 @@ class IcebergReader(TableReader):
     def _scan(
         self, selection: Selection, columns: tuple[str, ...], lo: Key | None = None, hi: Key | None = None
     ) -> pa.Table:
+        # lazy: avoids pyarrow at import
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -120,6 +124,7 @@ class IcebergReader(TableReader):
         return list(self._scan(selection, (self.key,))[self.key].to_pylist())
 
     def null_keys(self, selection: Selection) -> int:
+        # lazy: avoids pyiceberg / pyarrow at import
         import pyarrow.compute as pc
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.expressions.parser import parse
@@ -129,6 +134,7 @@ class IcebergReader(TableReader):
         return int(pc.sum(pc.is_null(data[self.key])).as_py() or 0)
 
     def distinct(self, selection: Selection, column: str) -> list[Any]:
+        # lazy: avoids pyarrow at import
         import pyarrow.compute as pc
 
         data = self._scan(selection, (self.key, column))

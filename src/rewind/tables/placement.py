@@ -18,6 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from rewind.kafka.clients import private_consumer
+from rewind.kafka.groups import committed_offsets, log_bounds
 from rewind.kafka.partitioner import Partitioner, partitions_for
 from rewind.tables.readers import Key
 
@@ -81,8 +83,6 @@ def stuck_partitions(
     Per such partition: the group's committed offset, the log end, the lag and the age of the
     oldest unconsumed record. A partition where the group committed nothing is not judged.
     """
-    from rewind.kafka.groups import committed_offsets, log_bounds
-
     committed = committed_offsets(conf, group, [topic])
     bounds = log_bounds(conf, list(committed))
     now = now_ms if now_ms is not None else int(time.time() * 1000)
@@ -111,9 +111,8 @@ def stuck_partitions(
 
 def _timestamps_at(conf: dict[str, Any], offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
     """The timestamp of the first record at or after each offset (read with a bare consumer)."""
+    # lazy: avoids confluent_kafka at import
     from confluent_kafka import TopicPartition
-
-    from rewind.kafka.clients import private_consumer
 
     if not offsets:
         return {}

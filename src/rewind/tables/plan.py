@@ -27,10 +27,14 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
+from rewind.kafka.clients import cluster_metadata
 from rewind.tables import reconstruct_plan
 from rewind.tables.exceptions import TableSourceError
+from rewind.tables.iceberg import IcebergReader
 from rewind.tables.placement import (
     counts_by_partition,
     cut_ranges,
@@ -40,6 +44,7 @@ from rewind.tables.placement import (
 from rewind.tables.readers import Key, TableReader
 from rewind.tables.records import as_records
 from rewind.tables.selection import choose
+from rewind.tables.sql import SqlReader
 from rewind.tables.table_plan import TablePlan
 
 if TYPE_CHECKING:
@@ -62,11 +67,8 @@ def reader_of(settings: Settings, spec: JobSpec) -> TableReader:
     table = spec.source.table
     assert table is not None
     if table.iceberg is not None:
-        from rewind.tables.iceberg import IcebergReader
-
         name, properties = catalog_of(settings)
         return IcebergReader(name, properties, table.iceberg.table, table.key, table.label)
-    from rewind.tables.sql import SqlReader
 
     sql = table.postgres or table.sqlite
     assert sql is not None
@@ -223,8 +225,6 @@ def default_ranges(entities: int, unit_records: int) -> int:
 
 
 def _partition_count(settings: Settings, topic: str, given: int | None) -> int | None:
-    from rewind.kafka.clients import cluster_metadata
-
     meta = cluster_metadata(settings.kafka_config()).topics.get(topic)
     if meta is not None and meta.partitions:
         return len(meta.partitions)
@@ -270,8 +270,6 @@ def _stuck(out: TablePlan, settings: Settings, spec: JobSpec, parts: list[int], 
 def _sample(
     out: TablePlan, reader: TableReader, selection: Any, lo: Key | None, hi: Key | None, key: str, label: str
 ) -> None:
-    import pyarrow as pa
-
     t0 = time.monotonic()
     rows = reader.read(selection, lo, hi, batch_rows=SAMPLE_ROWS)
     try:

@@ -21,14 +21,22 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
+
+from rewind.core.columns import EFFECTIVE_TIME, SOURCE_SYSTEM
 from rewind.errors import RewindError
 from rewind.tables.exceptions import TableSourceError
 from rewind.tables.readers import Key, Selection, TableReader
 from rewind.tables.reconstruct_stage import rows_table, source_system, split_last_entity, state_order
+from rewind.translate.factory import declared_output_schema, transform_name
+from rewind.translate.functions import load_callable
+from rewind.translate.lineage import LINEAGE_SCHEMA, TIMESTAMP
+from rewind.translate.process import ProcessContext
+from rewind.translate.states import NotATime, business_micros
+from rewind.translate.transition import PREV_PREFIX, ReconstructContext, reconstruct_batch
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from rewind.spec import JobSpec
     from rewind.tables.table_plan import TablePlan
 
@@ -61,11 +69,6 @@ def entities(out: TablePlan, keys: list[Key]) -> list[Key]:
 
 def snapshots_gate(out: TablePlan, reader: TableReader, spec: JobSpec, selection: Selection) -> bool:
     """Step 3; False when the gate failed."""
-    import numpy as np
-    import pyarrow as pa
-
-    from rewind.translate.states import NotATime, business_micros
-
     table = spec.source.table
     assert table is not None and table.reconstruct is not None
     column = table.reconstruct.time
@@ -99,8 +102,6 @@ def snapshots_gate(out: TablePlan, reader: TableReader, spec: JobSpec, selection
 
 
 def _typed(values: list[Any]) -> pa.Array:
-    import pyarrow as pa
-
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -111,8 +112,6 @@ def sample(
     out: TablePlan, reader: TableReader, spec: JobSpec, selection: Selection, lo: Key | None, hi: Key | None
 ) -> None:
     """Step 4: ``out.output`` holds the gates and schema the job plan takes instead of a translate's."""
-    from rewind.translate.functions import load_callable
-
     table = spec.source.table
     assert table is not None and table.reconstruct is not None and spec.translate.transition is not None
     t0 = time.monotonic()
@@ -194,18 +193,11 @@ def sample(
 
 
 def _declared(spec: JobSpec) -> pa.Schema | None:
-    from rewind.translate.factory import declared_output_schema
-
     declared = declared_output_schema(spec.translate)
     return None if declared is None else _with_lineage(declared)
 
 
 def _with_lineage(user: pa.Schema) -> pa.Schema:
-    import pyarrow as pa
-
-    from rewind.core.columns import EFFECTIVE_TIME, SOURCE_SYSTEM
-    from rewind.translate.lineage import LINEAGE_SCHEMA, TIMESTAMP
-
     return pa.schema(
         [
             *user,
@@ -217,8 +209,6 @@ def _with_lineage(user: pa.Schema) -> pa.Schema:
 
 
 def _schema(spec: JobSpec, rows: pa.Table) -> tuple[pa.Schema | None, tuple[str, bool, str]]:
-    import pyarrow as pa
-
     declared = _declared(spec)
     if declared is not None:
         return declared, (
@@ -244,8 +234,6 @@ def _schema(spec: JobSpec, rows: pa.Table) -> tuple[pa.Schema | None, tuple[str,
 
 
 def _columns_problem(states: pa.Table, spec: JobSpec) -> str | None:
-    from rewind.translate.transition import PREV_PREFIX
-
     table = spec.source.table
     assert table is not None and table.reconstruct is not None
     rec = table.reconstruct
@@ -269,13 +257,6 @@ def _columns_problem(states: pa.Table, spec: JobSpec) -> str | None:
 
 
 def _events(states: pa.Table, transition: Any, spec: JobSpec, out: TablePlan) -> Any:
-    import pyarrow as pa
-
-    from rewind.translate.factory import transform_name
-    from rewind.translate.process import ProcessContext
-    from rewind.translate.states import business_micros
-    from rewind.translate.transition import ReconstructContext, reconstruct_batch
-
     table = spec.source.table
     assert table is not None and table.reconstruct is not None
     _micros, valid = business_micros(

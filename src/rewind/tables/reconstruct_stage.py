@@ -28,10 +28,15 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import QUARANTINE_FILES_KEY, RecordCounts
 from rewind.core.parquet import open_writer
+from rewind.kafka.partitioner import partitions_for
 from rewind.spark.progress_channel import TaskReporter
+from rewind.spec import JobSpec
 from rewind.tables.placement import key_bytes
 from rewind.tables.records import _column
 from rewind.tables.stage import (
@@ -42,14 +47,16 @@ from rewind.tables.stage import (
     _first_attempt,
     run_unit_tasks,
 )
+from rewind.translate.factory import transform_name
+from rewind.translate.functions import load_callable
+from rewind.translate.process import ProcessContext
+from rewind.translate.states import StateOrder
+from rewind.translate.transition import ReconstructContext, reconstruct_batch
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from rewind.spec import JobSpec
     from rewind.tables.readers import Rows
-    from rewind.translate.states import StateOrder
 
 CHUNK_ROWS = 50_000
 """States handed to the transition at once (at least; a batch is cut between entities)."""
@@ -57,8 +64,6 @@ CHUNK_ROWS = 50_000
 
 def state_order(spec: JobSpec, snapshots: tuple[int, ...] = ()) -> StateOrder:
     """The spec's ``source.table.reconstruct`` as the plain data the tasks order states by."""
-    from rewind.translate.states import StateOrder
-
     table = spec.source.table
     assert table is not None and table.reconstruct is not None
     rec = table.reconstruct
@@ -84,8 +89,6 @@ def source_system(spec: JobSpec) -> str:
 
 def rows_table(rows: Rows) -> pa.Table:
     """A batch of a reader as an Arrow table of the table's columns."""
-    import pyarrow as pa
-
     if rows.batch is not None:
         return pa.Table.from_batches([rows.batch])
     columns = list(zip(*rows.rows, strict=True)) if len(rows) else [() for _ in rows.columns]
@@ -94,8 +97,6 @@ def rows_table(rows: Rows) -> pa.Table:
 
 def split_last_entity(states: pa.Table, key: str) -> tuple[pa.Table, pa.Table]:
     """``states`` (in key order) cut before its last entity: (complete entities, the last one)."""
-    import pyarrow.compute as pc
-
     n = states.num_rows
     if n == 0:
         return states, states
@@ -120,14 +121,6 @@ class ReconstructUnits(TableUnits):
         self.facts = facts
 
     def _unit(self, index: int, reporter: TaskReporter) -> TableUnitOutput:
-        import pyarrow as pa
-
-        from rewind.spec import JobSpec
-        from rewind.translate.factory import transform_name
-        from rewind.translate.functions import load_callable
-        from rewind.translate.process import ProcessContext
-        from rewind.translate.transition import ReconstructContext
-
         ctx = self.ctx
         unit = ctx.units[index]
         lo, hi = ctx.ranges[index]
@@ -200,8 +193,6 @@ class ReconstructUnits(TableUnits):
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
-    import pyarrow as pa
-
     if len(tables) == 1:
         return tables[0]
     # a batch may type an all-null column as null, another as text: the wider type wins
@@ -231,11 +222,6 @@ class _UnitRun:
         self.offset = 0
 
     def chunk(self, states: pa.Table) -> None:
-        import pyarrow as pa
-
-        from rewind.kafka.partitioner import partitions_for
-        from rewind.translate.transition import reconstruct_batch
-
         ctx = self.units.ctx
         skip = set(ctx.skip_partitions)
         if skip:  # entities of blocked partitions: read, filtered, never reconstructed

@@ -19,19 +19,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from rewind.core.arrow import kafka_record_schema
 from rewind.core.json_fallback import json_default
 from rewind.tables.placement import key_bytes
 from rewind.translate.rows_decoder import ROW_PREFIX
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from rewind.tables.readers import Rows
 
 
 def _column(values: tuple[Any, ...] | list[Any]) -> pa.Array:
-    import pyarrow as pa
-
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types (SQLite is dynamically typed)
@@ -41,8 +42,6 @@ def _column(values: tuple[Any, ...] | list[Any]) -> pa.Array:
 def _keys(column: pa.Array, values: tuple[Any, ...] | list[Any]) -> pa.Array:
     """The key bytes of each entity id: Arrow casts integer and text columns to their UTF-8 text
     at once (what :func:`key_bytes` gives one by one)."""
-    import pyarrow as pa
-
     if pa.types.is_integer(column.type) or pa.types.is_string(column.type):
         return column.cast(pa.string()).cast(pa.binary())
     if not values and len(column):
@@ -54,11 +53,6 @@ def as_records(
     rows: Rows, key_column: str, label: str, range_number: int, first_offset: int, extracted_at: datetime
 ) -> pa.RecordBatch:
     """``rows`` (in key order) as a Kafka-shaped batch whose offsets start at ``first_offset``."""
-    import numpy as np
-    import pyarrow as pa
-
-    from rewind.core.arrow import kafka_record_schema
-
     n = len(rows)
     at = rows.columns.index(key_column)
     if rows.batch is not None:  # columns already: an all-null column is typed null, as from tuples
@@ -88,8 +82,6 @@ def as_records(
 
 def row_values(rows: Rows, positions: list[int]) -> list[bytes]:
     """The rows at ``positions`` as compact JSON objects."""
-    import orjson
-
     options = orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS
     names = rows.columns
     return [
@@ -100,8 +92,6 @@ def row_values(rows: Rows, positions: list[int]) -> list[bytes]:
 
 def with_row_values(quarantine: pa.Table, rows: Rows, first_offset: int) -> pa.Table:
     """Quarantine rows of a batch of ``rows`` with their ``value``: the row as JSON."""
-    import pyarrow as pa
-
     if quarantine.num_rows == 0:
         return quarantine
     positions = [o - first_offset for o in quarantine.column("offset").to_pylist()]

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from rewind.secrets import mask_url
 from rewind.tables.exceptions import SourceUnreachable, TableSourceError
@@ -67,6 +69,7 @@ class SqlReader(TableReader):
         return "PostgreSQL" if self.kind == "postgres" else "SQLite"
 
     def _connect(self) -> Connection:
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import create_engine
         from sqlalchemy.exc import SQLAlchemyError
         from sqlalchemy.pool import NullPool
@@ -114,6 +117,7 @@ class SqlReader(TableReader):
         return " AND ".join(clauses)
 
     def _check_source(self, conn: Connection) -> None:
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import inspect
 
         if self.table is None:
@@ -126,6 +130,7 @@ class SqlReader(TableReader):
             )
 
     def key_type(self) -> KeyType | None:
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import text
         from sqlalchemy.exc import SQLAlchemyError
 
@@ -163,6 +168,7 @@ class SqlReader(TableReader):
         )
 
     def _select(self, conn: Connection, sql: str, params: dict[str, Any], selection: Selection) -> Any:
+        # lazy: avoids sqlalchemy at import
         from sqlalchemy import text
         from sqlalchemy.exc import SQLAlchemyError
 
@@ -246,11 +252,11 @@ class SqlReader(TableReader):
         yet handed out, typed anew from there. Without the driver: :meth:`_read_sqlite_rows`.
         """
         try:
+            # lazy: avoids adbc_driver_sqlite (and its pyarrow) at import; a trimmed install may lack it
             from adbc_driver_sqlite import dbapi
         except ImportError:  # pragma: no cover - a dependency; kept for a trimmed install
             yield from self._read_sqlite_rows(conn, sql, params, batch_rows)
             return
-        from urllib.parse import quote
 
         text = sql.replace("\\:", ":")
         path = os.path.abspath(self.url[len("sqlite:///") :])
@@ -293,8 +299,6 @@ class SqlReader(TableReader):
     ) -> Generator[Rows, None, None]:
         """The rows through the sqlite3 cursor itself (tuples, without SQLAlchemy's rows); the
         statement is the one :meth:`count` ran, with the escaped colons of user SQL put back."""
-        import sqlite3
-
         raw: Any = conn.connection.driver_connection
         try:
             cursor = raw.execute(sql.replace("\\:", ":"), params)
@@ -324,6 +328,7 @@ def _numbers_as_lossy_text(batch: Any) -> bool:
     ``1.000000e+07``. A string value of that shape sends the batch through the tuple reader,
     which keeps every number exact (a text value of that shape costs a slower batch only).
     """
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -343,6 +348,7 @@ def _number_shaped(column: Any) -> Any:
     """The values of a text column that may match :data:`_ADBC_NUMBER_TEXT`: 12 to 14 bytes
     with a ``.`` after the first digit (numpy over the offsets and bytes; the regex over every
     value cost ~0.5 µs a row of 4 text columns, more than reading the row). None: no value."""
+    # lazy: avoids pyarrow / numpy at import
     import numpy as np
     import pyarrow as pa
 

@@ -30,20 +30,29 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import RecordCounts
 from rewind.core.parquet import open_writer
 from rewind.core.store import WarehouseStore, active_store
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
-from rewind.spark.pace_server import PaceAddress
+from rewind.kafka.partitioner import partitions_for
+from rewind.spark.job_stage import task_error
+from rewind.spark.pace_server import PaceAddress, RemotePacer
 from rewind.spark.progress_channel import ProgressAddress, TaskReporter
+from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path
+from rewind.spark.topology import default_parallelism
+from rewind.spec import JobSpec
 from rewind.tables.placement import key_bytes
 from rewind.tables.readers import Key, Selection, TableReader
 from rewind.tables.records import as_records, with_row_values
+from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
+from rewind.translate.process import ProcessContext, process_batch
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 RESULT_SCHEMA = "unit_id string, quarantine_files string, counts string, written string"
@@ -112,8 +121,6 @@ class TableUnits:
         self.writer = writer
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
         reporter = TaskReporter(self.ctx.progress)
         try:
             for batch in batches:
@@ -131,14 +138,6 @@ class TableUnits:
             reporter.close()
 
     def _unit(self, index: int, reporter: TaskReporter) -> TableUnitOutput:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from rewind.kafka.partitioner import partitions_for
-        from rewind.spec import JobSpec
-        from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
-        from rewind.translate.process import ProcessContext, process_batch
-
         ctx = self.ctx
         unit = ctx.units[index]
         lo, hi = ctx.ranges[index]
@@ -230,10 +229,7 @@ class TableUnits:
         if not self.ctx.max_records_per_second:
             return None
         if self.ctx.pace is not None:  # tasks on several hosts: the driver keeps the budget
-            from rewind.spark.pace_server import RemotePacer
-
             return RemotePacer(self.ctx.pace)
-        from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path
 
         limit = RateLimit(self.ctx.max_records_per_second)
         return SharedFilePacer(
@@ -244,6 +240,7 @@ class TableUnits:
 def _first_attempt(unit_id: str, attempted: frozenset[str]) -> bool:
     """No attempt of the unit can have committed: the run never started it, and this is the
     Spark task's first attempt (a retried or speculative task may follow a committed one)."""
+    # lazy: avoids pyspark at import
     from pyspark import TaskContext
 
     task = TaskContext.get()
@@ -251,8 +248,6 @@ def _first_attempt(unit_id: str, attempted: frozenset[str]) -> bool:
 
 
 def result_arrow_schema() -> pa.Schema:
-    import pyarrow as pa
-
     return pa.schema(
         [
             ("unit_id", pa.string()),
@@ -269,8 +264,6 @@ class TableStageError(RewindError):
 
 def _parallelism(spark: SparkSession) -> int:
     """How many tasks run at once (the default parallelism; a Connect server's, asked of it)."""
-    from rewind.spark.topology import default_parallelism
-
     return default_parallelism(spark)
 
 
@@ -285,8 +278,6 @@ def run_unit_tasks(spark: SparkSession, ctx: TableStageContext, process: Any) ->
     """``process`` (a ``mapInArrow`` function over unit indices, returning ``RESULT_SCHEMA``
     rows) over every unit of ``ctx``, as many tasks at once as Spark runs; every unit gets its
     output, or the wave fails in one line."""
-    from rewind.spark.job_stage import task_error
-
     units = len(ctx.units)
     if not units:
         return {}
