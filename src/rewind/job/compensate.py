@@ -46,10 +46,30 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
+from rewind import faults
+from rewind.catalog import load_catalog
 from rewind.errors import RewindError
-from rewind.kafka.compensation import MARKER_HEADER, MARKER_KEY
+from rewind.job.compensate_messages import MessageEncoder
+from rewind.job.components import make_sink
+from rewind.job.plan import JobPlan
+from rewind.kafka.clients import topic_metadata
+from rewind.kafka.compensation import (
+    MARKER_HEADER,
+    MARKER_KEY,
+    PRODUCER_DEFAULTS,
+    UnitWriter,
+    fence,
+    final_transactional_id,
+    read_markers,
+    unit_transactional_id,
+    write_final_marker,
+)
 from rewind.openlineage import commands as lineage
 from rewind.openlineage.runs import emits
+from rewind.sinks.iceberg import read_iceberg
+from rewind.sinks.sql import sides
+from rewind.spark import session
+from rewind.spark.compensate_stage import bucket_counts, changes, placed, run_units
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -103,8 +123,7 @@ def compensate_run(
     unit_messages: int = UNIT_MESSAGES,
 ) -> dict[str, Any]:
     """Steps 1-6 of the module docstring; returns the counts per op and what was written."""
-    from rewind.job.plan import JobPlan
-    from rewind.kafka.compensation import final_transactional_id, read_markers
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import Ledger
 
     if shape not in SHAPES:
@@ -175,12 +194,6 @@ def _compensate(
     clock: _Clock,
 ) -> dict[str, Any]:
     """Steps 3-6."""
-    from rewind import faults
-    from rewind.job.compensate_messages import MessageEncoder
-    from rewind.kafka.compensation import UnitWriter, write_final_marker
-    from rewind.spark import session
-    from rewind.spark.compensate_stage import bucket_counts, changes, placed, run_units
-
     run_id, topic, shape = out["run_id"], out["topic"], out["shape"]
     key = list(spec.key or [])
     with clock.step("session"):
@@ -300,8 +313,6 @@ def _assign(
 
 
 def _fence(conf: dict[str, Any], run_id: str, topic: str, unit_ids: list[str], final_id: Any) -> None:
-    from rewind.kafka.compensation import PRODUCER_DEFAULTS, fence, unit_transactional_id
-
     ids = [unit_transactional_id(run_id, topic, u) for u in unit_ids] + [final_id(run_id, topic)]
     fence({**PRODUCER_DEFAULTS, **conf}, ids)
 
@@ -316,9 +327,6 @@ def _sides(
     staging table, both of one moment (:func:`rewind.sinks.sql.sides.open_sides`: the driver's
     transaction stays open until the block ends)."""
     if spec.sink.postgres is not None:
-        from rewind.job.components import make_sink
-        from rewind.sinks.sql import sides
-
         sink = make_sink(settings, spec)
         try:
             with sides.open_sides(spark, sink, sink.staging_from_dict(staging)) as both:  # type: ignore[arg-type]
@@ -326,8 +334,6 @@ def _sides(
         finally:
             sink.close()
         return
-    from rewind.catalog import load_catalog
-    from rewind.sinks.iceberg import read_iceberg
 
     assert spec.sink.iceberg is not None
     catalog = load_catalog(settings)
@@ -340,8 +346,6 @@ def _sides(
 
 
 def _partitions(conf: dict[str, Any], topic: str) -> int:
-    from rewind.kafka.clients import topic_metadata
-
     meta = topic_metadata(conf, topic, timeout_s=15)
     if meta is None:
         raise CompensateRefused(

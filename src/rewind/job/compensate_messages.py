@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewind.kafka.compensation import Messages, op_headers
+from rewind.sinks.kafka.json_values import json_texts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -38,6 +39,7 @@ class MessageEncoder:
     def __call__(self, batch: pa.RecordBatch, keys: pa.Array, partitions: pa.Array) -> Messages:
         """``batch``: the key columns, ``old`` and ``new``; ``keys`` and ``partitions``: each
         change's message key and target partition."""
+        # lazy: avoids pyarrow / numpy at import
         import numpy as np
         import pyarrow as pa
 
@@ -75,6 +77,7 @@ class MessageEncoder:
 
 def _row(column: pa.Array) -> pa.Array:
     """A struct column as JSON objects (``null`` where the struct is null)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -86,10 +89,9 @@ def _row(column: pa.Array) -> pa.Array:
 
 def _object(columns: list[tuple[str, pa.Array]], n: int | None = None) -> pa.Array:
     """One compact JSON object of ``columns`` (sorted by name) per row."""
+    # lazy: avoids pyarrow at import
     import orjson
     import pyarrow as pa
-
-    from rewind.sinks.kafka.json_values import json_texts
 
     if not columns:
         return pa.array([b"{}"] * (n or 0), pa.binary())
@@ -104,6 +106,7 @@ def _object(columns: list[tuple[str, pa.Array]], n: int | None = None) -> pa.Arr
 
 
 def _join(*pieces: bytes | pa.Array) -> pa.Array:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind.catalog import load_catalog
 from rewind.errors import ConfigError
+from rewind.sinks.iceberg import IcebergSink
+from rewind.sinks.iceberg.shadow import IcebergShadowSink
+from rewind.sinks.kafka.sink import KafkaTopicSink
+from rewind.sinks.sql.sink import SqlSink
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -17,25 +22,15 @@ if TYPE_CHECKING:
 
 def make_sink(settings: Settings, spec: JobSpec) -> StagingSink[Any]:
     """The staging sink of a spec (each kind imported only when used)."""
-    from rewind.catalog import load_catalog
-
     if spec.sink.iceberg is not None:
-        from rewind.sinks.iceberg import IcebergSink
-
         ice = spec.sink.iceberg
         if spec.shadow is not None:  # v2: a new table upserted on the key, swapped in at cutover
-            from rewind.sinks.iceberg.shadow import IcebergShadowSink
-
             return IcebergShadowSink(load_catalog(settings), ice.table, list(spec.key))
         window = spec.replaced_window()
         return IcebergSink(load_catalog(settings), ice.table, ice.mode, ice.window_column, window)
     if spec.sink.postgres is not None:
-        from rewind.sinks.sql.sink import SqlSink
-
         return SqlSink.from_spec(settings, spec)
     if spec.sink.kafka is not None:
-        from rewind.sinks.kafka.sink import KafkaTopicSink
-
         return KafkaTopicSink.from_spec(settings, spec)
     raise ConfigError(f"sink.{spec.sink.kind}: no such sink")
 

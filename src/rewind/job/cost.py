@@ -13,6 +13,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.cost import CostInputs, estimate
+from rewind.errors import RewindError
+from rewind.job.stages import default_wave_size
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -50,8 +52,6 @@ def cost_estimate(
         if rates.get("commit_s_per_unit") is not None:
             extra["commit_s_per_unit"] = float(rates["commit_s_per_unit"])
         if rates.get("wave_fixed_s"):
-            from rewind.job.stages import default_wave_size
-
             extra["wave_fixed_s"] = float(rates["wave_fixed_s"])
             extra["waves"] = -(-len(units) // default_wave_size())
     avg = facts.get("avg_record_bytes")
@@ -77,7 +77,7 @@ def cost_estimate(
 def rehearsed_rates(settings: Settings, fingerprint: str) -> dict[str, Any] | None:
     """The measured rates (and bytes per record) of the last passed rehearsal of this
     fingerprint, if any."""
-    from rewind.errors import RewindError
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import Ledger
     from rewind.ledger.evidence import EvidenceStore
 

@@ -21,8 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.errors import error_line
+from rewind.history.read import read_ranges_from_archive
 from rewind.job import kafka_loads, task_loads
 from rewind.job.wave_commit import commit_wave
+from rewind.spark import session, waves
+from rewind.spark.job_stage import StageContext
+from rewind.spark.latest_per_key import latest_per_key
+from rewind.spark.pace_server import pace_server_for
+from rewind.spark.ratelimit import RateLimit
+from rewind.spark.stage_clock import add_stage_seconds
 
 if TYPE_CHECKING:
     from rewind.job.wave import Wave
@@ -34,13 +41,6 @@ def run_event_wave(wave: Wave, latest: dict[str, Any] | None = None) -> dict[str
     """Step 5 of a run for one wave: Spark (its progress shown live), conservation per unit,
     quarantine commit, output commit, ledger. ``latest`` keeps the run's ``latest_per_key``
     decision between waves. Returns the record bytes the wave read per source."""
-    from rewind.history.read import read_ranges_from_archive
-    from rewind.spark import session
-    from rewind.spark.job_stage import StageContext
-    from rewind.spark.pace_server import pace_server_for
-    from rewind.spark.ratelimit import RateLimit
-    from rewind.spark.waves import run_wave
-
     settings, ledger, plan, run_id = wave.settings, wave.ledger, wave.plan, wave.run_id
     spec = plan.job_spec()
     ledger.mark_running(run_id, wave.unit_ids)
@@ -75,7 +75,7 @@ def run_event_wave(wave: Wave, latest: dict[str, Any] | None = None) -> dict[str
         t_spark = time.monotonic()
         limit = RateLimit(spec.guards.max_records_per_second) if spec.guards.max_records_per_second else None
         with wave.live.wave(wave.base, wave.units), pace_server_for(spark, limit) as pace:
-            outputs = run_wave(spark, dataclasses.replace(ctx, pace=pace), read_archive)
+            outputs = waves.run_wave(spark, dataclasses.replace(ctx, pace=pace), read_archive)
         t_commit = time.monotonic()
         faults.point("after-wave-tasks")  # units its tasks loaded are committed, nothing else
     except Exception as exc:  # the wave's units are not done: say why in the ledger
@@ -105,8 +105,6 @@ def run_event_wave(wave: Wave, latest: dict[str, Any] | None = None) -> dict[str
 
 def _stage_seconds(outputs: Any) -> dict[str, float]:
     """The wave's task seconds per stage (read, decode, translate, write), summed over tasks."""
-    from rewind.spark.stage_clock import add_stage_seconds
-
     total: dict[str, float] = {}
     for out in outputs:
         add_stage_seconds(total, out.stage_s)
@@ -117,8 +115,6 @@ def _latest(wave: Wave, spark: Any, ctx: Any, read_archive: Any, cache: dict[str
     """The records ``source.kafka.latest_per_key`` keeps, over every unit of the run (not only
     the pending ones: a superseding record may sit in a unit already done); once per run
     attempt, recorded in the audit."""
-    from rewind.spark.latest_per_key import latest_per_key
-
     cache = {} if cache is None else cache
     if "latest" not in cache:
         found = latest_per_key(spark, dataclasses.replace(ctx, units=tuple(wave.plan.units)), read_archive)

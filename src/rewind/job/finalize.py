@@ -28,17 +28,30 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.catalog import load_catalog
 from rewind.core.arrow import schema_to_b64
 from rewind.core.columns import RUN_ID, SOURCE_TIMESTAMP
 from rewind.core.counts import UNIT_COUNTS_KEY
-from rewind.sinks.iceberg import FINALIZED_PROPERTY, FOLD_COUNTS_PROPERTY
+from rewind.job.snapshot import read_sql_state
+from rewind.sinks.iceberg import (
+    FINALIZED_PROPERTY,
+    FOLD_COUNTS_PROPERTY,
+    RUN_PROPERTY,
+    UNITS_PROPERTY,
+    IcebergSink,
+    IcebergStaging,
+    read_iceberg,
+)
+from rewind.spark import session
+from rewind.spark.fold_stage import FoldContext, run_fold
+from rewind.spark.session import default_parallelism
+from rewind.spark.snapshot_rows import with_state_rows
 
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
     from rewind.ledger import Ledger
     from rewind.sinks.base import Staging, StagingSink
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
     from rewind.spark.fold_stage import FoldCounts
     from rewind.spec import JobSpec
 
@@ -75,9 +88,6 @@ def parts_in_scratch(spec: JobSpec) -> bool:
 
 def parts_sink(settings: Settings, spec: JobSpec) -> IcebergSink:
     """The scratch Iceberg table of a fold's partial rows (its staging table is per run)."""
-    from rewind.catalog import load_catalog
-    from rewind.sinks.iceberg import IcebergSink
-
     target = spec.sink.postgres or spec.sink.iceberg
     assert target is not None
     name = re.sub(r"[^A-Za-z0-9_]", "_", target.table)
@@ -86,6 +96,7 @@ def parts_sink(settings: Settings, spec: JobSpec) -> IcebergSink:
 
 def _iceberg_finalized(sink: IcebergSink, staging: IcebergStaging, run_id: str) -> dict[str, Any] | None:
     """The fold counts recorded by this run's finalize commit on the branch, if it happened."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.table.snapshots import ancestors_of
 
     table = sink.catalog.load_table(staging.table)
@@ -111,8 +122,6 @@ def finalize_run(
 
     ``parts``: the scratch table holding the partial rows when the sink is not Iceberg.
     """
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
-
     if parts is None:
         assert isinstance(sink, IcebergSink) and isinstance(staging, IcebergStaging)
         done = _iceberg_finalized(sink, staging, run_id)
@@ -153,11 +162,6 @@ def _fold(
     run_id: str,
 ) -> tuple[list[str], FoldCounts]:
     """The Spark stage over the run's rows in ``staging``; the files written and the counts."""
-    from rewind.sinks.iceberg import read_iceberg
-    from rewind.spark import session
-    from rewind.spark.fold_stage import FoldContext, run_fold
-    from rewind.spark.session import default_parallelism
-
     spec = plan.job_spec()
     spark = session(settings)
     column = spec.sink.window_column
@@ -173,11 +177,7 @@ def _fold(
     rows = read_iceberg(spark, sink.catalog.load_table(staging.table), staging.ref)
     state = plan.read_plan.get("snapshot")
     if state is not None:  # source.kafka.snapshot: the state's rows are folded with the new ones
-        from rewind.spark.snapshot_rows import with_state_rows
-
         if state.get("sql") is not None:  # a SQL table's state, through the driver
-            from rewind.job.snapshot import read_sql_state
-
             state_rows = spark.createDataFrame(read_sql_state(state))
         else:
             state_rows = read_iceberg(spark, sink.catalog.load_table(state["table"]), state["ref"])
@@ -191,8 +191,6 @@ def _commit_iceberg(
     sink: IcebergSink, staging: IcebergStaging, run_id: str, files: list[str], counts: FoldCounts
 ) -> None:
     """Replace the run's partial rows on the staging ref by the folded files, in one transaction."""
-    from rewind.sinks.iceberg import RUN_PROPERTY, UNITS_PROPERTY
-
     props = {
         RUN_PROPERTY: run_id,
         UNITS_PROPERTY: "",

@@ -22,6 +22,12 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from rewind.job import reproduce
+from rewind.sinks.kafka.bookkeeping import KafkaStaging
+from rewind.sinks.kafka.sink import KafkaTopicSink
+from rewind.sinks.kafka.task_load import task_loader
+from rewind.spark.pace_server import PaceServer, needs_pace_server
+from rewind.spark.progress_channel import driver_addresses
+from rewind.spark.ratelimit import RateLimit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,8 +63,6 @@ def reconcile_quarantine(
     done_q: set[str],
 ) -> None:
     """Step 2's quarantine part (after the reconcile: the units it marked done may be the ones)."""
-    from rewind.sinks.kafka.bookkeeping import KafkaStaging
-
     if may_load(spec) and isinstance(staging, KafkaStaging):
         qsink, qstaging = quarantine
         reproduce.reconcile_quarantine(settings, ledger, run_id, staging, qsink, qstaging, done_q)
@@ -69,9 +73,6 @@ def with_loader(
 ) -> StageContext:
     """The wave's context with the Kafka sink's task loader, when its tasks can produce (after
     the wave's units were marked running: a unit of an earlier attempt has 2 attempts or more)."""
-    from rewind.sinks.kafka.sink import KafkaTopicSink
-    from rewind.sinks.kafka.task_load import task_loader
-
     if not isinstance(sink, KafkaTopicSink):
         return ctx
     rate = ctx.max_records_per_second
@@ -94,10 +95,6 @@ _BUDGETS: dict[str, PaceServer] = {}
 
 def _produce_budget(spark: SparkSession, run_id: str, rate: float | None) -> PaceAddress | None:
     """On a cluster, where the produced records' budget is kept (the read budget is the wave's)."""
-    from rewind.spark.pace_server import PaceServer, needs_pace_server
-    from rewind.spark.progress_channel import driver_addresses
-    from rewind.spark.ratelimit import RateLimit
-
     if not rate or not needs_pace_server(spark):
         return None
     server = _BUDGETS.get(run_id)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from rewind.core.console import Console, RunProgress
 from rewind.core.units import WorkUnit
+from rewind.spark.progress_channel import open_listener
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,8 +90,6 @@ class LiveProgress:
     def channel(self, spark: SparkSession) -> ProgressAddress | None:
         """Where the wave's tasks report (the listener opens on the first wave)."""
         if self._listener is None and not self._no_listener:
-            from rewind.spark.progress_channel import open_listener
-
             try:
                 self._listener = open_listener(spark)
             except OSError as exc:  # progress is then shown only when waves commit

@@ -41,6 +41,9 @@ from rewind.core.counts import MERGE_DECISIONS, UNIT_COUNTS_KEY, RecordCounts
 from rewind.core.merge import MergePolicy, MergeResult, decide
 from rewind.core.parquet import write_parquet
 from rewind.job.merge_iceberg import MERGE_COUNTS_PROPERTY, MERGED_PROPERTY, SPARK_ROWS, merge_iceberg
+from rewind.kafka.groups import committed_offsets
+from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+from rewind.spark import session
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,7 +53,6 @@ if TYPE_CHECKING:
     from rewind.job.plan import JobPlan
     from rewind.ledger import Ledger
     from rewind.sinks.base import Staging, StagingSink
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -95,7 +97,6 @@ def resolve_cut_line(
         source = "merge.reject_stale_after.offsets"
     else:
         assert cut.group is not None
-        from rewind.kafka.groups import committed_offsets
 
         topics = sorted({t for t, _ in read})
         try:
@@ -165,8 +166,6 @@ def merge_run(
     routed rows to the quarantine under :data:`MERGE_UNIT` unless a kill left them there;
     (5) commit the applied rows (and, on Iceberg, the deletes) in one sink transaction.
     """
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
-
     spec = plan.job_spec()
     done = _done(sink, staging, run_id, parts)
     if done is not None:
@@ -176,7 +175,6 @@ def merge_run(
     policy = policy_of(spec, plan.read_plan.get(CUT_LINE_KEY))
     if parts is None:
         assert isinstance(sink, IcebergSink) and isinstance(staging, IcebergStaging)
-        from rewind.spark import session
 
         threshold = settings.merge.spark_rows
         result = merge_iceberg(
@@ -229,9 +227,8 @@ def _done(
     if parts is not None:
         found = sink.committed_counts(staging, run_id).get(MERGE_UNIT)
         return None if found is None else dict(RecordCounts.from_dict(found).merge_decisions)
+    # lazy: avoids pyiceberg at import
     from pyiceberg.table.snapshots import ancestors_of
-
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
 
     assert isinstance(sink, IcebergSink) and isinstance(staging, IcebergStaging)
     table = sink.catalog.load_table(staging.table)
@@ -258,8 +255,10 @@ def _route(quarantine: tuple[IcebergSink, IcebergStaging], run_id: str, result: 
 def quarantine_rows(routed: pa.Table, run_id: str) -> pa.Table:
     """Quarantine rows for output rows routed as ambiguous: the source coordinates from their
     lineage, the output row as JSON in ``value`` (the source bytes are not at hand here)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
+    # lazy: avoids pandas / pyarrow / numpy at import
     from rewind.translate.lineage import TIMESTAMP
     from rewind.translate.quarantine import QUARANTINE_SCHEMA
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.core.arrow import schema_to_b64
 from rewind.core.columns import (
     RUN_ID,
     SOURCE_OFFSET,
@@ -44,8 +45,15 @@ from rewind.core.columns import (
     SOURCE_TIMESTAMP,
     SOURCE_TOPIC,
 )
+from rewind.core.counts import MERGE_DECISIONS
 from rewind.core.merge import MergePolicy, MergeResult, decide, key_array
 from rewind.core.merge_keys import key_codes, key_range, repeated
+from rewind.core.store import WarehouseStore
+from rewind.sinks.iceberg import RUN_PROPERTY, UNITS_PROPERTY, IcebergSinkError
+from rewind.sinks.iceberg.rewrite import rewrite
+from rewind.spark import merge_stage
+from rewind.spark.merge_stage import FileRows, MergeContext
+from rewind.spark.session import default_parallelism
 
 if TYPE_CHECKING:
     import numpy as np
@@ -96,6 +104,7 @@ def merge_iceberg(
     files the units wrote), ``routed`` the routed rows whole. ``spark`` gives the session that
     decides more than ``spark_rows`` contested rows (without it the driver decides them all);
     decided there, ``applied`` and ``replaced`` are left empty (the decisions are in the files)."""
+    # lazy: avoids numpy at import
     import numpy as np
 
     table = sink.catalog.load_table(staging.table)
@@ -154,13 +163,8 @@ def _merge_in_spark(
     """Steps 4 and 5 with the decisions in Spark (:func:`rewind.spark.merge_stage.decide_in_spark`):
     the driver sends each file's contested positions, gets back the rows to delete and the
     routed ones, reads the routed rows whole (the quarantine keeps them) and commits."""
+    # lazy: avoids numpy at import
     import numpy as np
-
-    from rewind.core.arrow import schema_to_b64
-    from rewind.core.counts import MERGE_DECISIONS
-    from rewind.core.store import WarehouseStore
-    from rewind.spark.merge_stage import FileRows, MergeContext, decide_in_spark
-    from rewind.spark.session import default_parallelism
 
     hard_at, theirs_at = contested
     at = np.concatenate([hard_at, theirs_at])
@@ -175,7 +179,7 @@ def _merge_in_spark(
     store = WarehouseStore.from_catalog_properties(table.io.properties)
     ctx = MergeContext(tuple(key), policy, schema_to_b64(schema.as_arrow()), store)
     folder = f"{table.location().rstrip('/')}/_rewind_merge/{run_id}"
-    decided = decide_in_spark(spark, files, ctx, default_parallelism(spark), folder)
+    decided = merge_stage.decide_in_spark(spark, files, ctx, default_parallelism(spark), folder)
     counts = dict.fromkeys(MERGE_DECISIONS, 0)
     for name, n in decided.counts.items():
         counts[name] += n
@@ -197,8 +201,6 @@ def _merge_in_spark(
 
 
 def _plan(table: Table, ref: str) -> list[FileScanTask]:
-    from rewind.sinks.iceberg import IcebergSinkError
-
     head = table.snapshot_by_name(ref)
     if head is None:
         return []
@@ -213,6 +215,7 @@ def _plan(table: Table, ref: str) -> list[FileScanTask]:
 
 def _bound(table: Table, task: FileScanTask, column: str, upper: bool) -> Any:
     """A file's lower or upper bound of ``column`` as a Python value (None if not recorded)."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import PrimitiveType
 
@@ -240,8 +243,6 @@ def _unit_files(table: Table, ref: str, run_id: str) -> set[str]:
     rows of the run (a ledger run id is longer than the 16 characters Iceberg keeps as a bound,
     so the bounds alone cannot tell, and reading every row's run id costs). Re-drives, whose
     rows name the re-drive, and the file-less marker commits are not unit commits."""
-    from rewind.sinks.iceberg import RUN_PROPERTY, UNITS_PROPERTY
-
     ours = set()
     for snap in table.metadata.snapshots:
         props = snap.summary.additional_properties if snap.summary else {}
@@ -271,6 +272,7 @@ def _may_meet(table: Table, task: FileScanTask, key: Sequence[str], span: tuple[
 
 def _read_keys(table: Table, ref: str, tasks: Sequence[FileScanTask], run_id: str, key: list[str]) -> _Keys:
     """Step 2: the run's files first (key and run id), then live's that may meet its keys."""
+    # lazy: avoids pyarrow / numpy at import
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -313,6 +315,7 @@ def _read_keys(table: Table, ref: str, tasks: Sequence[FileScanTask], run_id: st
 
 def _span(keys: list[pa.Array], mine: list[np.ndarray], key: list[str]) -> tuple[Any, Any] | None:
     """The run's smallest and largest key over the files read (None: no pruning by bounds)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     if len(key) != 1:
@@ -325,6 +328,7 @@ def _span(keys: list[pa.Array], mine: list[np.ndarray], key: list[str]) -> tuple
 
 
 def _scan(table: Table, tasks: Sequence[FileScanTask], columns: Sequence[str] | None) -> pa.Table:
+    # lazy: avoids pyiceberg at import
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
 
@@ -342,6 +346,7 @@ def _read_rows(
 ) -> tuple[pa.Table, dict[int, pa.Table]]:
     """The rows ``at`` (indices into ``found``), in that order, read from their files only
     (``columns`` of them, or all), and the files of ``whole`` as read, all their columns."""
+    # lazy: avoids pyarrow / numpy at import
     import numpy as np
     import pyarrow as pa
 
@@ -366,6 +371,7 @@ def _read_rows(
 
 def _keep_masks(found: _Keys, drop: np.ndarray) -> dict[int, Any]:
     """Task index → keep-mask over the file's rows, for each file that loses a row."""
+    # lazy: avoids pyarrow / numpy at import
     import numpy as np
     import pyarrow as pa
 
@@ -379,9 +385,8 @@ def _keep_masks(found: _Keys, drop: np.ndarray) -> dict[int, Any]:
 
 
 def _all_applied(keys: pa.Table, n_run: int) -> MergeResult:
+    # lazy: avoids numpy at import
     import numpy as np
-
-    from rewind.core.counts import MERGE_DECISIONS
 
     counts = dict.fromkeys(MERGE_DECISIONS, 0)
     counts["applied"] = n_run
@@ -402,10 +407,8 @@ def _commit(
     """Step 5, one transaction on the staging ref: the losing files rewritten in one snapshot
     carrying the marker (``rewind.merged``), or, when no row is lost, a file-less append
     carrying it."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
-
-    from rewind.sinks.iceberg import RUN_PROPERTY, UNITS_PROPERTY
-    from rewind.sinks.iceberg.rewrite import rewrite
 
     props = {
         RUN_PROPERTY: run_id,

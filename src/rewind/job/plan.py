@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 from rewind.core.arrow import schema_from_b64
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
+from rewind.spec import JobSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from rewind.spec import JobSpec
 
 
 class PlanRefused(RewindError):
@@ -57,8 +56,6 @@ class JobPlan:
         return [g for g in self.gates if not g.ok]
 
     def job_spec(self) -> JobSpec:
-        from rewind.spec import JobSpec
-
         return JobSpec.model_validate(self.spec)
 
     def output_schema(self) -> pa.Schema:

@@ -25,10 +25,31 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rewind.catalog import load_catalog
 from rewind.core.arrow import schema_to_b64
+from rewind.core.ranges import OffsetRange
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
+from rewind.history import plan_history
+from rewind.history.exceptions import HistoryError
+from rewind.history.iterate import sample_ranges
+from rewind.job.components import make_sink
+from rewind.job.cost import cost_estimate, rehearsed_rates
+from rewind.job.merge import CUT_LINE_KEY, resolve_cut_line
 from rewind.job.plan import Gate, JobPlan, plan_id_of
+from rewind.job.snapshot import SNAPSHOT_KEY, resolve_snapshot, snapshot_offsets
+from rewind.kafka.resolve import resolve
+from rewind.spark.kafka_fetch import BATCH_MESSAGES, fetch_ranges
+from rewind.spark.ratelimit import LocalPacer, RateLimit
+from rewind.spark.sql_translate import sql_translator
+from rewind.translate.factory import (
+    declared_output_schema,
+    lineage_options,
+    make_decoder,
+    make_translator,
+    transform_name,
+)
+from rewind.translate.functions import infer_output_schema, load_callable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,13 +82,12 @@ def _pinned(read_plan: dict[str, Any]) -> str:
 
 def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
     """Resolve, sample, learn the schema and check the gates. Changes nothing anywhere."""
-    from rewind.kafka.resolve import resolve
-
     conf = settings.kafka_config()
     gates: list[Gate] = []
     read_plan_data: dict[str, Any]
     table_plan = None
     if spec.source.table is not None:  # a re-produce: selection, placement, key ranges
+        # lazy: avoids pandas / pyarrow / numpy at import
         from rewind.tables.plan import plan_table
 
         table_plan = plan_table(settings, spec)
@@ -81,8 +101,6 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
         assert spec.source.kafka is not None
         request, snapshot = spec.source.kafka.window_request(), None
         if spec.source.kafka.snapshot is not None:  # only the events after the snapshot's offsets
-            from rewind.job.snapshot import SNAPSHOT_KEY, resolve_snapshot, snapshot_offsets
-
             snapshot = resolve_snapshot(settings, spec)
             request = spec.source.kafka.snapshot_window_request(snapshot_offsets(snapshot))
         read_plan = resolve(conf, request, declared_log_start=spec.source.kafka.declared_start() or None)
@@ -137,8 +155,6 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
         )
         gates.append(_sink_gate(settings, spec, schema))
     if spec.merge is not None:  # the cut line is resolved (a group's offsets read) once, here
-        from rewind.job.merge import CUT_LINE_KEY, resolve_cut_line
-
         merge_gate, cut_line = resolve_cut_line(settings, spec, units)
         gates.append(Gate(*merge_gate))  # type: ignore[misc]
         if cut_line is not None:
@@ -187,9 +203,6 @@ def _history_units(
     Gaps are classified by :func:`rewind.history.plan_history`: ``lost`` ranges fail the
     ``coverage`` gate unless ``allow_gaps``; every gap is kept in the plan for the ledger.
     """
-    from rewind.history import plan_history
-    from rewind.history.exceptions import HistoryError
-
     source = spec.source.history
     assert source is not None
     try:
@@ -221,11 +234,7 @@ def _history_units(
 
 
 def _load_translator(spec: JobSpec, settings: Settings) -> tuple[Any, Gate]:
-    from rewind.translate.factory import make_translator
-
     if spec.translate.sql:
-        from rewind.spark.sql_translate import sql_translator
-
         try:
             sql, gate = sql_translator(settings, spec)
             return sql, Gate(*gate)
@@ -234,8 +243,6 @@ def _load_translator(spec: JobSpec, settings: Settings) -> tuple[Any, Gate]:
     try:
         fn = make_translator(spec.translate)
         if spec.translate.fold:  # a typo here would otherwise surface only after every unit ran
-            from rewind.translate.functions import load_callable
-
             load_callable(spec.translate.fold, "translate.fold")
     except RewindError as exc:
         return None, Gate("translate", False, str(exc))
@@ -253,10 +260,8 @@ def _sample(
     Under ``guards.max_records_per_second`` the sample is part of the job: at most one
     second's worth of the guard, read at the guard's pace.
     """
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
-
-    from rewind.core.ranges import OffsetRange
-    from rewind.spark.kafka_fetch import BATCH_MESSAGES, fetch_ranges
 
     firsts: dict[tuple[str, int], WorkUnit] = {}
     for unit in units:
@@ -268,8 +273,6 @@ def _sample(
     budget, pacer, batch = SAMPLE_RECORDS, None, BATCH_MESSAGES
     rate = spec.guards.max_records_per_second
     if rate:
-        from rewind.spark.ratelimit import LocalPacer, RateLimit
-
         budget = min(SAMPLE_RECORDS, max(len(picked), int(rate)))
         pacer, batch = LocalPacer(RateLimit(rate)), max(1, min(BATCH_MESSAGES, int(rate / 20)))
     per = max(1, budget // len(picked))
@@ -292,10 +295,6 @@ def _sample_archive(
     settings: Settings, units: tuple[WorkUnit, ...], read_plan: dict[str, Any]
 ) -> tuple[Any, dict[str, Any]]:
     """The sample of a window with no Kafka units: read from the archive at the pinned snapshot."""
-    from rewind.catalog import load_catalog
-    from rewind.core.ranges import OffsetRange
-    from rewind.history.iterate import sample_ranges
-
     history = read_plan.get("history") or {}
     firsts: dict[tuple[str, int], WorkUnit] = {}
     for unit in units:
@@ -319,10 +318,10 @@ def _sample_archive(
 
 
 def _output_schema(spec: JobSpec, translator: Any, sample: Any) -> tuple[pa.Schema | None, Gate]:
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
-    from rewind.translate.factory import declared_output_schema, lineage_options, make_decoder, transform_name
-    from rewind.translate.functions import infer_output_schema
+    # lazy: avoids pandas / pyarrow / numpy at import
     from rewind.translate.process import ProcessContext, process_batch
 
     if translator is None and spec.translate.sql is not None:
@@ -402,8 +401,6 @@ def _translate_raised_on_all(quarantine: pa.Table, sampled: int, filtered: int) 
 
 
 def _sink_gate(settings: Settings, spec: JobSpec, schema: pa.Schema) -> Gate:
-    from rewind.job.components import make_sink
-
     try:
         sink = make_sink(settings, spec)
         return Gate("sink", True, sink.check(schema))
@@ -428,8 +425,6 @@ def _cost(
     settings: Settings, spec: JobSpec, units: tuple[WorkUnit, ...], facts: dict[str, Any]
 ) -> dict[str, Any]:
     """The cost model (:mod:`rewind.job.cost`), on a passed rehearsal's rates when there is one."""
-    from rewind.job.cost import cost_estimate, rehearsed_rates
-
     return cost_estimate(settings, units, facts, rehearsed_rates(settings, spec.fingerprint()))
 
 

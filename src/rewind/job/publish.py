@@ -10,10 +10,13 @@ a crash (kill -9 at any point) finds the swap done and records it, once.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.errors import RewindError
+from rewind.job.components import make_sink
+from rewind.job.finalize import parts_in_scratch, parts_sink
 from rewind.openlineage import commands as lineage
 from rewind.openlineage.runs import emits
 
@@ -60,7 +63,7 @@ def _verification_facts(entry: AuditEntry | None) -> dict[str, Any] | None:
 
 
 def _sink_and_staging(settings: Settings, ledger: Ledger, run_id: str) -> tuple[Any, Any]:
-    from rewind.job.components import make_sink
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import usable_plan
 
     run = ledger.get_run(run_id)
@@ -73,6 +76,7 @@ def _sink_and_staging(settings: Settings, ledger: Ledger, run_id: str) -> tuple[
 
 def _merged(ledger: Ledger, run_id: str) -> bool:
     """The run applied a ``merge:`` policy (decided against the target as it was then)."""
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import load_plan
 
     return load_plan(ledger, ledger.get_run(run_id).plan_id).job_spec().merge is not None
@@ -88,6 +92,7 @@ def promote_run(
     that moved since staging, instead of refusing. The record is the audit entry first, then
     the state; a run killed between the two is completed by a re-run (see :func:`_record`).
     """
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import _ledger
 
     if force and not (reason and reason.strip()):
@@ -147,6 +152,7 @@ def promote_run(
 @emits(lineage.of_run("rollback"), lineage.published)
 def rollback_run(settings: Settings, run_id: str) -> dict[str, Any]:
     """Undo the last promotion of ``run_id``; completes an interrupted promote or rollback record."""
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import _ledger
 
     with _ledger(settings) as ledger:
@@ -188,8 +194,6 @@ def _record(ledger: Ledger, run_id: str, action: str, details: dict[str, Any], s
 
 
 def _alive(lease: Any) -> bool:
-    from datetime import UTC, datetime
-
     return bool(lease.expires_at and lease.expires_at > datetime.now(UTC))
 
 
@@ -198,6 +202,7 @@ def cleanup_run(settings: Settings, run_id: str) -> dict[str, Any]:
 
     Refused while the run holds a live lease (it may still be writing) or is running.
     """
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import _ledger
 
     with _ledger(settings) as ledger:
@@ -219,7 +224,7 @@ def cleanup_run(settings: Settings, run_id: str) -> dict[str, Any]:
 def _drop_fold_parts(settings: Settings, ledger: Ledger, run_id: str) -> dict[str, Any] | None:
     """The scratch table of a fold's partial rows, left by a run that did not finish (a run that
     succeeded dropped it already)."""
-    from rewind.job.finalize import parts_in_scratch, parts_sink
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import load_plan
 
     spec = load_plan(ledger, ledger.get_run(run_id).plan_id).job_spec()

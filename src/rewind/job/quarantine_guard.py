@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.counts import RecordCounts
 from rewind.errors import RewindError
+from rewind.spec.run import Guards
 
 if TYPE_CHECKING:
     from rewind.ledger import Ledger
     from rewind.spec import JobSpec
-    from rewind.spec.run import Guards
 
 GUARD_FIELDS = ("max_quarantine_ratio", "min_records_before_ratio")
 """The guard's settings: the only fields of a spec a resume may change."""
@@ -87,8 +87,6 @@ def with_guards(spec: Mapping[str, Any], changed: Mapping[str, Any]) -> dict[str
 
 
 def _default(name: str) -> Any:
-    from rewind.spec.run import Guards
-
     return Guards.model_fields[name].default
 
 

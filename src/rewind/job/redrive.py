@@ -31,9 +31,19 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.catalog import load_catalog
+from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import UNIT_COUNTS_KEY
 from rewind.core.parquet import write_parquet
+from rewind.core.store import WarehouseStore, remove_files_under
 from rewind.errors import RewindError
+from rewind.job.components import make_sink
+from rewind.job.runner import _quarantine
+from rewind.spark import redrive_stage, session
+from rewind.spark.parquet_files import read_parquet_files
+from rewind.spark.redrive_stage import RedriveContext, kafka_batch
+from rewind.spark.session import default_parallelism
+from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,7 +64,7 @@ class RedriveError(RewindError):
 
 def _context(settings: Settings, run_id: str) -> tuple[Any, Any, Any, Any]:
     """The run, its spec (secrets restored), its sink and staging."""
-    from rewind.job.components import make_sink
+    # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger, usable_plan
 
     with open_ledger(settings) as ledger:
@@ -79,14 +89,14 @@ the driver 2.2x faster at 100,000 records, the two even at 300,000, Spark faster
 def _quarantine_rows(
     settings: Settings, table: str, run_id: str, columns: tuple[str, ...] = ("*",)
 ) -> pa.Table:
+    # lazy: avoids pyiceberg at import
     import pyiceberg.expressions as e
     from pyiceberg.exceptions import NoSuchTableError
-
-    from rewind.catalog import load_catalog
 
     try:
         q = load_catalog(settings).load_table(table)
     except NoSuchTableError:
+        # lazy: avoids pandas / pyarrow / numpy at import
         from rewind.translate.quarantine import QUARANTINE_SCHEMA
 
         return (
@@ -148,6 +158,7 @@ def _latest(
     filter applies to the latest entry. The latest entry of each record (by ``at``, a re-drive's
     after the run's at the same time, then the later read) is picked with Arrow's sort; only
     the picked entries become Python dicts, in (topic, partition, offset) order."""
+    # lazy: avoids pyarrow / numpy at import
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -184,11 +195,11 @@ def redrive(
 ) -> dict[str, Any]:
     """Re-process the run's quarantined records into its staging, once (steps in the module
     docstring); returns what was done."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
-    from rewind.job.runner import _quarantine
+    # lazy: avoids sqlalchemy / pandas / pyarrow / numpy at import
     from rewind.job.service import open_ledger
-    from rewind.translate.factory import lineage_options, make_decoder, make_translator, transform_name
     from rewind.translate.process import ProcessContext, process_batch
 
     run, spec, sink, staging = _context(settings, run_id)
@@ -224,9 +235,8 @@ def redrive(
         if not latest:
             none = dict.fromkeys(("records_read", "emitted", "quarantined", "filtered", "rows_out"), 0)
             return {**out, "already_done": False, **none, "note": "no quarantined record to re-drive"}
-        from rewind.core.arrow import schema_from_b64
+        # lazy: avoids sqlalchemy at import
         from rewind.job.service import load_plan
-        from rewind.spark.redrive_stage import RedriveContext, kafka_batch
 
         with open_ledger(settings) as ledger:
             schema_b64 = load_plan(ledger, run.plan_id).output_schema_b64
@@ -290,6 +300,7 @@ def _key(r: dict[str, Any]) -> tuple[Any, ...]:
 
 def _with_bytes(settings: Settings, table: str, run_id: str, latest: list[dict[str, Any]]) -> pa.Table:
     """The chosen entries with their key and value bytes, in their order (driver path)."""
+    # lazy: avoids pyarrow at import
     import pyarrow as pa
 
     rows = _quarantine_rows(settings, table, run_id)
@@ -306,17 +317,11 @@ def _in_spark(
     """Step 3 in Spark tasks: the chosen entries' bytes read by Spark from the quarantine's
     files that may hold the run's rows (pyiceberg prunes them by their ``run_id`` bounds), the
     run's rows joined with the chosen entries, processed and written in the tasks."""
+    # lazy: avoids pyspark / pyiceberg / pyarrow at import
     import pyarrow as pa
     import pyiceberg.expressions as e
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
-
-    from rewind.catalog import load_catalog
-    from rewind.core.store import WarehouseStore, remove_files_under
-    from rewind.spark import session
-    from rewind.spark.parquet_files import read_parquet_files
-    from rewind.spark.redrive_stage import run_redrive
-    from rewind.spark.session import default_parallelism
 
     spark = session(settings)
     names = ["topic", "partition", "offset", "unit_id", "at"]
@@ -346,7 +351,9 @@ def _in_spark(
     try:
         picked = read_parquet_files(spark, [path], from_arrow_schema(chosen.schema), store=store)
         entries = rows.join(picked, on=names, how="inner")
-        return run_redrive(entries, ctx, max(default_parallelism(spark), -(-len(latest) // 100_000)))
+        return redrive_stage.run_redrive(
+            entries, ctx, max(default_parallelism(spark), -(-len(latest) // 100_000))
+        )
     finally:
         remove_files_under(folder, [path], store)
 

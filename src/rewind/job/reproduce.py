@@ -31,17 +31,29 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from rewind import faults
+from rewind.core.store import active_store, filesystem
 from rewind.errors import RewindError, error_line
+from rewind.job import task_loads
+from rewind.job.wave_commit import commit_wave
+from rewind.sinks.kafka.bookkeeping import KafkaStaging
+from rewind.sinks.kafka.unit_writer import UnitWriter, committed_quarantine_files, fence_units
+from rewind.spark import session
+from rewind.spark.job_stage import UnitOutput
+from rewind.spark.pace_server import pace_server_for
+from rewind.spark.ratelimit import RateLimit
+from rewind.tables.placement import KeyRange
+from rewind.tables.selection import choose
+from rewind.tables.unit_files import FileUnitWriter
 
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.wave import Wave
     from rewind.ledger import Ledger
     from rewind.sinks.iceberg import IcebergSink, IcebergStaging
-    from rewind.sinks.kafka.bookkeeping import KafkaStaging
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +64,6 @@ class ReproduceError(RewindError):
 
 def fence_attempted(settings: Settings, ledger: Ledger, run_id: str) -> None:
     """Step 1: fence the unit transactions of attempted, unfinished units."""
-    from rewind.sinks.kafka.unit_writer import fence_units
-
     attempted = [u.unit_id for u in ledger.pending_units(run_id) if u.attempts > 0]
     if attempted:
         fence_units(settings.kafka_config(), run_id, attempted)
@@ -77,8 +87,6 @@ def reconcile_quarantine(
 ) -> None:
     """Commit the quarantine files of units whose Kafka commit landed and whose quarantine
     commit did not (a driver killed between steps 3 and 4)."""
-    from rewind.sinks.kafka.unit_writer import committed_quarantine_files
-
     files = committed_quarantine_files(settings.kafka_config(), staging, run_id)
     missing = {u: paths for u, paths in files.items() if paths and u not in done_q}
     if not missing:
@@ -96,9 +104,8 @@ def reconcile_quarantine(
 
 
 def _exists(uri: str) -> bool:
+    # lazy: avoids pyarrow at import
     import pyarrow.fs as pafs
-
-    from rewind.core.store import filesystem
 
     fs, inner = filesystem(uri)  # the warehouse's store: an s3:// quarantine file too
     return bool(fs.get_file_info(inner).type != pafs.FileType.NotFound)
@@ -112,17 +119,8 @@ def run_table_wave(wave: Wave) -> dict[str, Any]:
     A reconstruction into a table sink (Iceberg, SQL) runs the same wave with the table's unit
     writer (:mod:`rewind.tables.unit_files`); step 4 then also commits the files of the units
     no task loaded, with their ids and counts, before the ledger (as a Kafka-source wave does)."""
-    import time
-
-    from rewind.job.wave_commit import commit_wave
-    from rewind.sinks.kafka.bookkeeping import KafkaStaging
-    from rewind.spark import session
-    from rewind.spark.job_stage import UnitOutput
-    from rewind.spark.pace_server import pace_server_for
-    from rewind.spark.ratelimit import RateLimit
-    from rewind.tables.placement import KeyRange
+    # lazy: avoids pandas / pyarrow / numpy at import
     from rewind.tables.plan import reader_of
-    from rewind.tables.selection import choose
     from rewind.tables.stage import TableStageContext
     from rewind.tables.stage import run_table_wave as run_stage
 
@@ -169,6 +167,7 @@ def run_table_wave(wave: Wave) -> dict[str, Any]:
         with wave.live.wave(wave.base, wave.units), pace_server_for(spark, limit) as pace:
             paced = dataclasses.replace(ctx, pace=pace)
             if table.reconstruct is not None:  # states in, events out: the same wave, another unit body
+                # lazy: avoids pandas / pyarrow / numpy at import
                 from rewind.tables.reconstruct_stage import ReconstructPlanFacts, run_reconstruct_wave
 
                 facts_r = ReconstructPlanFacts(tuple(facts.get("snapshots") or ()))
@@ -208,15 +207,11 @@ def run_table_wave(wave: Wave) -> dict[str, Any]:
 def _unit_writer(wave: Wave) -> Any:
     """The tasks' unit writer: a Kafka transaction per unit, or a table sink's file per unit
     (loaded by its task into PostgreSQL, committed by the driver into Iceberg or SQLite)."""
-    from rewind.sinks.kafka.bookkeeping import KafkaStaging
-
     plan, staging = wave.plan, wave.staging
     spec = plan.job_spec()
     table, kafka = spec.source.table, spec.sink.kafka
     assert table is not None
     if isinstance(staging, KafkaStaging):
-        from rewind.sinks.kafka.unit_writer import UnitWriter
-
         assert kafka is not None
         return UnitWriter(
             conf=wave.settings.kafka_config(),
@@ -225,9 +220,6 @@ def _unit_writer(wave: Wave) -> Any:
             partitioner=kafka.partitioner,
             skip_partitions=tuple(table.skip_partitions),
         )
-    from rewind.core.store import active_store
-    from rewind.job import task_loads
-    from rewind.tables.unit_files import FileUnitWriter
 
     return FileUnitWriter(
         run_id=wave.run_id,

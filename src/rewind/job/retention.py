@@ -16,6 +16,7 @@ from typing import Any
 from rewind.core.ranges import OffsetRange
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
+from rewind.kafka.resolve import log_starts
 
 
 class OffsetsLostError(RewindError):
@@ -56,8 +57,6 @@ def lost_offsets(
 
 def check_still_in_kafka(conf: dict[str, Any], units: list[WorkUnit]) -> None:
     """Raise :class:`OffsetsLostError` when some unit starts below its log start now."""
-    from rewind.kafka.resolve import log_starts
-
     partitions = sorted({(u.topic, u.partition) for u in units if u.source == "kafka"})
     if not partitions:
         return

@@ -36,17 +36,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rewind.catalog import load_catalog
 from rewind.core.console import QUIET, Console, RunProgress
 from rewind.core.counts import RecordCounts
 from rewind.errors import RewindError, error_line
 from rewind.job import kafka_loads, quarantine_guard, reproduce, task_loads
+from rewind.job.components import make_sink, quarantine_table
 from rewind.job.event_wave import run_event_wave
-from rewind.job.finalize import finalize_run
+from rewind.job.finalize import finalize_run, parts_in_scratch, parts_sink
 from rewind.job.live import LiveProgress
 from rewind.job.merge import merge_run
 from rewind.job.retention import OffsetsLostError, check_still_in_kafka
@@ -62,13 +66,16 @@ from rewind.job.stages import (
     plan_stages,
 )
 from rewind.job.wave import Wave
+from rewind.openlineage.jobs import JobRun
+from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+from rewind.spark import session
+from rewind.spark.ratelimit import default_state_dir, remove_shared_state
 
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
     from rewind.ledger import Ledger, LedgerUnavailable
     from rewind.sinks.base import Staging, StagingSink
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -117,6 +124,7 @@ class RunOutcome:
 
 def start_run(ledger: Ledger, plan: JobPlan, target: str, run_id: str | None = None) -> str:
     """Store the plan (idempotent) and record a new run of it; returns the run id."""
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import NotFound
     from rewind.ledger.models import unit_id
 
@@ -148,9 +156,8 @@ def execute(
 
     ``timings`` (``rewind rehearse``) hears one entry per wave: its units, records,
     seconds in Spark (read, decode, translate, write in the tasks) and seconds of its commits."""
-    from rewind.job.components import make_sink, quarantine_table
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import LeaseHeld, LedgerUnavailable
-    from rewind.openlineage.jobs import JobRun
 
     spec = plan.job_spec()
     started = time.monotonic()
@@ -257,6 +264,7 @@ def execute(
                         run.parts[0].cleanup(run.parts[1])
                 elif isinstance(stage, Conclude):
                     assert run.staging is not None
+                    # lazy: avoids sqlalchemy at import
                     from rewind.job.held import check_staging_held  # a broker may lose what it acknowledged
 
                     check_staging_held(ledger, sink, run.staging, run_id)
@@ -292,6 +300,7 @@ def execute(
 
 def _ledger_lost(run_id: str, exc: LedgerUnavailable) -> LedgerUnavailable:
     """The one line of a run the ledger's outage stopped (:mod:`rewind.ledger.outage`)."""
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import LedgerUnavailable
 
     return LedgerUnavailable(f"run {run_id} stopped: {exc}; `rewind resume {run_id}` once it is back")
@@ -378,20 +387,13 @@ class _Interrupts:
         self.previous: Any = None
 
     def __enter__(self) -> _Interrupts:
-        import signal
-        import threading
-
         if threading.current_thread() is threading.main_thread():
-            from rewind.spark import session
-
             session(self.settings)  # installs PySpark's handler (if local) before ours wraps it
             self.previous = signal.getsignal(signal.SIGINT)
             signal.signal(signal.SIGINT, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        import signal
-
         self.seen = True
         if callable(self.previous):
             self.previous(signum, frame)
@@ -399,26 +401,22 @@ class _Interrupts:
             raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
-        import signal
-
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)
 
 
 def _forget_pacing(run_id: str) -> None:
     """Remove the run's shared pacing files, of reads and of produced records (a resume starts anew)."""
-    from rewind.spark.ratelimit import default_state_dir, remove_shared_state
-
     for name in ("read", "produce"):
         remove_shared_state(default_state_dir(), f"{name}-{run_id}")
 
 
 def _quarantine(settings: Settings, table: str, run_id: str) -> tuple[IcebergSink, IcebergStaging]:
     """The quarantine table (created on first use); written directly, never staged."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.exceptions import NoSuchTableError
 
-    from rewind.catalog import load_catalog
-    from rewind.sinks.iceberg import IcebergSink, IcebergStaging
+    # lazy: avoids pandas / pyarrow / numpy at import
     from rewind.translate.quarantine import QUARANTINE_SCHEMA
 
     catalog = load_catalog(settings)
@@ -435,6 +433,7 @@ def _quarantine(settings: Settings, table: str, run_id: str) -> tuple[IcebergSin
 
 def _reconcile(ledger: Ledger, sink: StagingSink[Any], staging: Staging, run_id: str) -> None:
     """Step 4: units committed in the sink but not done in the ledger become done."""
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger.models import UnitResult
 
     waiting = {u.unit_id for u in ledger.pending_units(run_id)}
@@ -452,8 +451,6 @@ def _parts(
     settings: Settings, spec: JobSpec, run_id: str, schema: Any
 ) -> tuple[IcebergSink, IcebergStaging] | None:
     """The scratch table of a fold's partial rows, when the sink keeps one row per key."""
-    from rewind.job.finalize import parts_in_scratch, parts_sink
-
     if not parts_in_scratch(spec):
         return None
     sink = parts_sink(settings, spec)

@@ -13,12 +13,16 @@ from rewind import faults
 from rewind.core.console import QUIET, Console
 from rewind.errors import RewindError
 from rewind.job import quarantine_guard
+from rewind.job.components import make_sink
 from rewind.job.merge import recorded_merge
 from rewind.job.plan import JobPlan, PlanRefused
 from rewind.job.planner import build_plan
 from rewind.job.run_status import shown_state
 from rewind.job.runner import RunOutcome, execute, start_run
+from rewind.job.spec_secrets import resolve_plan
 from rewind.job.stages import Stage, default_wave_size, plan_stages
+from rewind.kafka import clients
+from rewind.ledger import Ledger, NotFound
 from rewind.openlineage import commands as lineage
 from rewind.openlineage.runs import emits
 
@@ -26,13 +30,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from rewind.config import Settings
-    from rewind.ledger import Ledger
     from rewind.spec import JobSpec
 
 
 def open_ledger(settings: Settings) -> Ledger:
-    from rewind.ledger import Ledger
-
     return Ledger.open(settings.ledger, retry_s=settings.ledger_retry_s)
 
 
@@ -44,8 +45,6 @@ def plan_job(settings: Settings, spec: JobSpec, ledger: Ledger | None = None) ->
     over the same log), the stored plan is kept and the fresh one, equal but for its
     measured estimates, is returned.
     """
-    from rewind.ledger import NotFound
-
     plan = build_plan(settings, spec)
     own = ledger is None
     ledger = ledger or open_ledger(settings)
@@ -79,8 +78,6 @@ def usable_plan(
     """The stored plan with the secrets of its spec put back (:mod:`rewind.job.spec_secrets`):
     from ``spec`` (the original, checked to be the same job), the settings or libpq's
     PGPASSWORD/passfile; one line naming the field when a value under ``needed`` cannot be."""
-    from rewind.job.spec_secrets import resolve_plan
-
     return resolve_plan(load_plan(ledger, plan_id), settings, original=spec, needed=needed, how=how)
 
 
@@ -97,8 +94,6 @@ def run_job(
     """Plan (or load a stored plan by id), refuse on a failed gate, then execute (``timings``:
     see :func:`rewind.job.runner.execute`). ``accepted_risk`` (the readiness gate's, see
     :func:`rewind.ops.readiness.gate_run`) is recorded in the run's audit before it executes."""
-    from rewind.job.components import make_sink
-
     with _ledger(settings) as ledger:
         if isinstance(spec_or_plan, str):
             plan = usable_plan(settings, ledger, spec_or_plan, how="the original spec (rewind run SPEC)")
@@ -154,8 +149,6 @@ def _check_broker(settings: Settings, plan: JobPlan) -> None:
     """Fail in one line, within ~10 s, when a run needs the broker and it does not answer:
     before the run is recorded, its lease taken or its staging prepared (nothing is created).
     The same :class:`~rewind.errors.BrokerUnreachable` that ``rewind plan`` gives."""
-    from rewind.kafka import clients
-
     spec = plan.job_spec()
     if any(u.source == "kafka" for u in plan.units) or spec.sink.kafka is not None:
         clients.cluster_metadata(settings.kafka_config(), timeout_s=10.0)
@@ -163,8 +156,6 @@ def _check_broker(settings: Settings, plan: JobPlan) -> None:
 
 def run_stages(settings: Settings, plan: JobPlan) -> list[Stage]:
     """The stages a run of ``plan`` will walk (as :func:`execute` does), for ``rewind plan``."""
-    from rewind.job.components import make_sink
-
     target = make_sink(settings, plan.job_spec()).target
     return plan_stages(plan, target=target, wave_size=default_wave_size())
 

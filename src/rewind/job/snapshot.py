@@ -24,7 +24,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from rewind.catalog import load_catalog
 from rewind.errors import RewindError
+from rewind.sinks.sql.publish import read_table, table_fingerprint
+from rewind.sinks.sql.sink import SqlSink
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -43,9 +46,8 @@ class SnapshotError(RewindError):
 
 def resolve_snapshot(settings: Settings, spec: JobSpec) -> dict[str, Any]:
     """The snapshot of ``spec`` as plain data, or a one-line :class:`SnapshotError`."""
+    # lazy: avoids pyiceberg at import
     from pyiceberg.exceptions import NoSuchTableError
-
-    from rewind.catalog import load_catalog
 
     window = spec.source.window
     part = window.snapshot
@@ -84,9 +86,6 @@ def resolve_snapshot(settings: Settings, spec: JobSpec) -> dict[str, Any]:
 def _resolve_sql(url: str, table: str, given: Any) -> dict[str, Any]:
     """A SQL state table: it must exist, and the offsets must be given (it records none). Its
     row count and digest are pinned (:func:`read_sql_state` refuses a table changed since)."""
-    from rewind.sinks.sql.publish import table_fingerprint
-    from rewind.sinks.sql.sink import SqlSink
-
     where = "source.kafka.snapshot"
     if given is None:
         raise SnapshotError(
@@ -115,9 +114,6 @@ def _resolve_sql(url: str, table: str, given: Any) -> dict[str, Any]:
 
 def read_sql_state(snapshot: dict[str, Any]) -> Any:
     """The SQL state table's rows (Arrow), as the plan pinned them."""
-    from rewind.sinks.sql.publish import read_table, table_fingerprint
-    from rewind.sinks.sql.sink import SqlSink
-
     sink = SqlSink(snapshot["sql"], snapshot["table"])
     try:
         now = table_fingerprint(sink, snapshot["table"])

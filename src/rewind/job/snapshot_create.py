@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from rewind.catalog import load_catalog
+from rewind.job.plan import JobPlan
 from rewind.job.snapshot import OFFSETS_PROPERTY, TAG_PREFIX, SnapshotError
+from rewind.kafka.read_plan import ReadPlan
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -24,10 +27,6 @@ def create_snapshot(settings: Settings, ledger: Ledger, run_id: str) -> dict[str
     3. the tag on the current snapshot (kept if a first attempt made it), then the offsets
        property: a plan names the tag, so a tag without its offsets is refused, never misread.
     """
-    from rewind.catalog import load_catalog
-    from rewind.job.plan import JobPlan
-    from rewind.kafka.read_plan import ReadPlan
-
     run = ledger.get_run(run_id)
     if run.state != "promoted":
         raise SnapshotError(
@@ -65,6 +64,7 @@ def create_snapshot(settings: Settings, ledger: Ledger, run_id: str) -> dict[str
 def snapshot_run(settings: Settings, run_id: str) -> dict[str, Any]:
     """``rewind snapshot create RUN``: :func:`create_snapshot` with the settings' ledger; the
     result names the spec part that starts from it."""
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger import Ledger
 
     with Ledger.open(settings.ledger) as ledger:

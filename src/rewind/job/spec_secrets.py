@@ -23,6 +23,7 @@ and how to supply it, raised before a lease is taken or anything is written.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -96,8 +97,6 @@ def first_difference(given: Any, stored: Any, path: Path_ = (), ignore: Sequence
 
 def spec_data(spec: JobSpec) -> dict[str, Any]:
     """The spec as a plan stores it (before the ledger masks it)."""
-    import json
-
     data: dict[str, Any] = json.loads(spec.model_dump_json(by_alias=True))
     return data
 
@@ -242,8 +241,6 @@ def _is_postgres(value: str) -> bool:
 
 def _show(value: Any) -> str:
     """A value of the spec for a one-line message: masked, strings quoted, JSON otherwise."""
-    import json
-
     if value is None:
         return "absent"
     value = mask(value)

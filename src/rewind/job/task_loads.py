@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
+from rewind.sinks.sql.sink import SqlSink, SqlStaging
+from rewind.sinks.sql.task_load import task_loader
+
 if TYPE_CHECKING:
     from rewind.job.plan import JobPlan
     from rewind.ledger import Ledger
@@ -23,11 +27,8 @@ if TYPE_CHECKING:
 
 def loader_for(sink: StagingSink[Any], staging: Staging, plan: JobPlan) -> Any:
     """The tasks' unit loader for this sink, or None when the driver commits."""
-    from rewind.sinks.sql.sink import SqlSink, SqlStaging
-
     if not isinstance(sink, SqlSink) or not isinstance(staging, SqlStaging):
         return None
-    from rewind.sinks.sql.task_load import task_loader
 
     return task_loader(sink, staging, plan.output_schema())
 
@@ -41,9 +42,6 @@ def reconcile_quarantine(
 ) -> None:
     """Commit the quarantine files of task-loaded units whose quarantine commit did not happen
     (``run``: the runner's context, its quarantine table and the units committed to it)."""
-    from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
-    from rewind.sinks.sql.sink import SqlSink
-
     if not isinstance(sink, SqlSink):
         return
     missing = {

@@ -20,6 +20,7 @@ def commit_wave(wave: Wave, outputs: dict[str, UnitOutput]) -> list[str]:
     per unit, the quarantine files (of units not committed to the quarantine yet), the output
     files with the unit ids and counts in the same commit (units no task loaded), the ledger.
     Returns the wave's unit ids."""
+    # lazy: avoids sqlalchemy at import
     from rewind.ledger.models import UnitResult
 
     done_q, run_id = wave.done_q, wave.run_id
