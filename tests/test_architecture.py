@@ -279,12 +279,7 @@ LAZY_REASON = "# lazy:"
 """How an import inside a function says why it is there: ``# lazy: <the cost it avoids>``, as a
 trailing comment on the import or in the comment just above a run of consecutive imports."""
 
-LAZY_REASON_EXEMPT: tuple[str, ...] = (
-    # Temporary (issue #35 item 5): these folders are being reworked; their in-function imports get
-    # their reasons (or move to the top) when that work lands. Remove an entry once it is done.
-    "rewind/job/",
-    "rewind/tables/",
-)
+LAZY_REASON_EXEMPT: tuple[str, ...] = ()
 
 
 def imports_without_a_reason(path: Path, root: Path = SRC) -> list[str]:
