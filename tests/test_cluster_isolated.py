@@ -165,6 +165,9 @@ def topic_records(conf: dict[str, Any], topic: str) -> list[tuple[Any, ...]]:
     )
 
 
+# its module fixtures build a packed virtualenv and start a cluster (2-5 minutes on a loaded
+# 2-core machine) before three jobs run twice each: more than the suite's 600 s a test
+@pytest.mark.timeout(1500)
 def test_isolated_executors_write_what_a_local_run_writes(
     cluster: SparkCluster,
     world: Path,

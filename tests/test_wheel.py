@@ -37,6 +37,9 @@ def sh(
 
 
 @pytest.mark.slow
+# a wheel built, a virtualenv installed, a stack started, a doctor and a job: 2-4 minutes on a
+# loaded 2-core machine, each step bounded by its own timeout
+@pytest.mark.timeout(1200)
 def test_the_wheel_installs_in_a_clean_virtualenv_and_runs_a_job(tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()
