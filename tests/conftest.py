@@ -15,6 +15,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck
@@ -197,3 +198,19 @@ def _no_log_file_left_behind() -> Iterator[None]:
     remove_handlers()
     yield
     remove_handlers()
+
+
+@pytest.fixture
+def noida(tmp_path: Path) -> Iterator[Any]:
+    """A noida-db of the test's own that the test may kill and restart (the broker-restart
+    tests: tests/test_broker_restart*.py)."""
+    from tests.test_broker_restart import (
+        RestartableBroker,  # a test module's helper, loaded by those tests only
+    )
+
+    broker = RestartableBroker(tmp_path / "noida")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

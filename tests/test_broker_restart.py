@@ -21,7 +21,6 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,16 +82,6 @@ class RestartableBroker:
 
     def stop(self) -> None:
         self.proc.stop()
-
-
-@pytest.fixture
-def noida(tmp_path: Path) -> Iterator[RestartableBroker]:
-    broker = RestartableBroker(tmp_path / "noida")
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def _settings(tmp_path: Path, broker: RestartableBroker) -> Settings:

@@ -20,11 +20,9 @@ import json
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from rewind.catalog import load_catalog
@@ -45,16 +43,6 @@ PER_PARTITION = 200
 HOLD_S = 2.0  # the tasks start reading this long after the broker died: it is still down
 
 Row = tuple[int, int, bytes, bytes, int]
-
-
-@pytest.fixture
-def noida(tmp_path: Path) -> Iterator[RestartableBroker]:
-    broker = RestartableBroker(tmp_path / "noida")
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def _source_rows(conf: dict[str, Any], topic: str, partitions: int) -> list[Row]:

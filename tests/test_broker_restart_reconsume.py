@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,16 +38,6 @@ from tests.test_broker_restart import RestartableBroker, outage_lines, restarts_
 OUTAGE_S = 5.0
 PER_PARTITION = 300
 OUTAGE_LINES = 6
-
-
-@pytest.fixture
-def noida(tmp_path: Path) -> Iterator[RestartableBroker]:
-    broker = RestartableBroker(tmp_path / "noida")
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 class Running(threading.Thread):
