@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -234,6 +235,45 @@ def test_processes_racing_on_one_row_never_both_own_an_offset(ledger: Ledger, ur
             _temporary(url, rid, [1000], tries)
             assert tries[-1] == (1000, True)
         assert check_invariant(ledger, rid, claims, tries) is not None
+
+
+def test_two_sides_writing_two_partitions_in_opposite_orders_never_deadlock(ledger: Ledger, url: str) -> None:
+    """Each side's batch updates several rows in one transaction; given its partitions in the
+    opposite order to the other side's, it still locks them in the same order (a PostgreSQL
+    deadlock otherwise fails one side's batch). A pause after each row's update holds the
+    first lock long enough for the other side to take its first one."""
+    from sqlalchemy import event
+
+    def pause(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE REWIND_HANDOVER"):
+            time.sleep(0.02)
+
+    rid = started(ledger, {TP0: 0, TP1: 0})
+    errors: list[BaseException] = []
+
+    def side(write: Any) -> None:
+        led = Ledger.open(url)
+        event.listen(led.engine, "after_cursor_execute", pause)
+        try:
+            table = HandoverTable(led.engine, rid)
+            for n in range(1, 16):
+                write(table, n)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+        finally:
+            led.close()
+
+    existing = threading.Thread(target=side, args=(lambda t, n: t.claim({TP1: n, TP0: n}),))
+    temporary = threading.Thread(
+        target=side, args=(lambda t, n: t.record_temp({TP0: TempStep(n, n + 1), TP1: TempStep(n, n + 1)}),)
+    )
+    for t in (existing, temporary):
+        t.start()
+    for t in (existing, temporary):
+        t.join(timeout=120)
+    assert errors == []
+    rows = HandoverTable(ledger.engine, rid).load()
+    assert [(rows[tp].existing_last_offset, rows[tp].temp_last_offset) for tp in (TP0, TP1)] == [(15, 15)] * 2
 
 
 def test_a_service_imports_the_library_without_spark_or_arrow() -> None:

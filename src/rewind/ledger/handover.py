@@ -25,6 +25,11 @@ re-evaluates its ``WHERE`` against the row the first committed (READ COMMITTED);
 every write transaction takes the database's write lock first (``BEGIN IMMEDIATE``). Either
 way the two statements are totally ordered, and each sees the other's effect.
 
+Both sides update a batch's rows in one transaction, so on PostgreSQL they take several row
+locks each: they take them in the same order (sorted by topic and partition), or a batch of
+one side holding partition 1 and waiting for 0 while the other holds 0 and waits for 1 is a
+deadlock, which PostgreSQL resolves by failing one side's transaction.
+
 Cost: the existing side writes one transaction per consumed batch, and only until it has
 seen the handover of every partition of the batch; the temporary side writes one
 transaction per batch. Nothing is written per message.
@@ -136,7 +141,7 @@ class HandoverTable:
         out: dict[TP, int | None] = {}
         now = utcnow()
         with self._writer.begin() as conn:
-            for (topic, partition), offset in last.items():
+            for (topic, partition), offset in sorted(last.items()):
                 key = {"b_rid": self.reconsume_id, "b_topic": topic, "b_partition": partition}
                 changed = conn.execute(_CLAIM, {**key, "b_last": offset, "b_now": now}).rowcount
                 if changed:
@@ -167,7 +172,7 @@ class HandoverTable:
         handed: dict[TP, int] = {}
         now = utcnow()
         with self._writer.begin() as conn:
-            for (topic, partition), step in steps.items():
+            for (topic, partition), step in sorted(steps.items()):
                 params = {
                     "b_rid": self.reconsume_id,
                     "b_topic": topic,
