@@ -245,3 +245,63 @@ def test_a_sql_job_killed_after_a_commit_resumes_to_the_clean_runs_output(world:
 
     assert stable(resumed) == stable(clean)  # nothing lost, nothing twice
     assert resumed.counts.to_dict() == clean.counts.to_dict()
+
+
+SHUFFLING_QUERY = (
+    "SELECT _rewind_row, order_id, cents FROM ("
+    "  SELECT _rewind_row, order_id, CAST(ROUND(amount * 100) AS BIGINT) AS cents, status, amount,"
+    "         count(*) OVER (PARTITION BY status) AS per_status FROM events"
+    ") WHERE status <> 'test' AND amount > 0 AND per_status > 0"
+)
+
+
+def test_a_query_with_a_shuffle_writes_what_an_in_place_query_writes(
+    world: Any,
+) -> None:
+    """A row-by-row query runs in the task that read its records; one with a window (a shuffle)
+    cannot, and its rows are brought to their unit's task: both write the same rows and
+    quarantine the same records."""
+    from rewind.job.service import run_job
+
+    settings, topic, _, _ = world
+    outcomes = [
+        run_job(settings, sql_spec(topic, q, name=f"orders-{label}"), units_per_wave=4)
+        for label, q in (("in-place", QUERY), ("shuffled", SHUFFLING_QUERY))
+    ]
+
+    def written(outcome: Any) -> tuple[Any, ...]:
+        rows = jf.staging_table(settings, outcome.staging).to_pylist()
+        quarantined = jf.quarantine_rows(settings, outcome.quarantine_table, outcome.run_id)
+        return (
+            sorted((r["_rewind_event_id"], r["order_id"], r["cents"]) for r in rows),
+            sorted((q["partition"], q["offset"], q["stage"]) for q in quarantined),
+            outcome.counts.to_dict(),
+        )
+
+    in_place, shuffled = (written(o) for o in outcomes)
+    assert in_place == shuffled
+    assert len(in_place[0]) > 0 and len(in_place[1]) > 0
+
+
+@pytest.mark.parametrize(
+    ("query", "in_place"),
+    [
+        ("SELECT id, id * 2 AS twice FROM events WHERE id % 3 = 0", True),
+        ("SELECT id, explode(array(id, id)) AS copy FROM events", False),
+        ("SELECT id, count(*) OVER (PARTITION BY id % 2) AS n FROM events", False),
+        ("SELECT id FROM events LIMIT 3", False),
+        ("SELECT id FROM events UNION ALL SELECT id FROM events", False),
+        ("SELECT a.id FROM events a JOIN events b ON a.id = b.id + 1", False),
+        ("SELECT id % 2 AS k, count(*) AS n FROM events GROUP BY id % 2", False),
+    ],
+)
+def test_only_a_row_by_row_query_runs_in_the_task_that_read_its_records(
+    spark: Any, query: str, in_place: bool
+) -> None:
+    from rewind.spark.sql_wave import runs_in_place
+
+    def same(batches: Any) -> Any:
+        yield from batches
+
+    spark.range(0, 8, 1, 4).mapInArrow(same, "id long").createOrReplaceTempView("events")
+    assert runs_in_place(spark.sql(query)) is in_place

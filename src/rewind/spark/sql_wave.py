@@ -11,12 +11,21 @@ unit (its files and counts), as a Python translate's wave does (:mod:`rewind.spa
    never enter the JVM; a wave holding archive units (read through Spark) tags its records with
    their unit (:class:`TagUnits`) and persists them on the executors, read once for every step;
 2. the user's query over ``events``, run by Spark where the data is;
-3. per unit, one task gets the query's rows for the unit (a cogroup on the unit,
-   :class:`FinishUnits`), reads the unit's records again (from Kafka, or the persisted ones)
-   and runs :func:`rewind.translate.process.process_batch` with the query's rows as the
-   translate's output: decode failures, key checks, lineage, event ids, quarantine and the
-   conservation law are the Python translate's own code. Reading a unit twice from Kafka costs
-   less than carrying its records through the JVM and a shuffle (``bench/sql_translate.py``).
+3. per unit, its records and the query's rows of them go through the Python translate's own
+   :func:`rewind.translate.process.process_batch`, with the query's rows as the translate's
+   output: decode failures, key checks, lineage, event ids, quarantine and the conservation law
+   are the Python translate's own code. Where this happens:
+
+   * in place (a Kafka wave whose query works row by row, :func:`runs_in_place`: filters and
+     projections, the usual translate): one stage; each task reads its units, spools the
+     records on its host (:class:`~rewind.spark.sql_wave_tasks.FetchDecode`), the query runs
+     over the decoded rows in the same task, and :class:`FinishInPlace` finishes the units
+     from the spool. No shuffle, no second read from Kafka (at 2M records this took the job
+     from 38.2 to 28.8 s against the Python translate's 21.3 s);
+   * by unit (a query with a shuffle: a window, an aggregate, a join, a limit; a wave with
+     archive units; Spark Connect, which shows no plan to check): one task per unit gets the
+     query's rows for the unit (a cogroup on the unit, :class:`FinishUnits`) and reads the
+     unit's records again (from Kafka, or the persisted ones).
 
 A query that fails at run time on some records (an ANSI cast, a ``raise_error``) fails the
 wave's Spark job. The wave then looks for those records without moving any to the driver:
@@ -29,6 +38,7 @@ translate's record that raises alone.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +63,7 @@ from rewind.spark.sql_wave_tasks import (
     UNIT,
     DecodeEvents,
     FetchDecode,
+    FinishInPlace,
     FinishUnits,
     TagUnits,
     WaveQuery,
@@ -64,6 +75,8 @@ from rewind.translate.factory import make_decoder
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+    from rewind.core.units import WorkUnit
 
 
 log = logging.getLogger(__name__)
@@ -81,7 +94,6 @@ def view_schema(ctx: StageContext, sample: Callable[[], pa.Table]) -> pa.Schema:
     ``_rewind_row`` an int64."""
     # lazy: avoids pyarrow at import
     import pyarrow as pa
-
 
     decoder = make_decoder(JobSpec.model_validate_json(ctx.spec_json).decode)
     declared = decoder.empty_events()
@@ -195,10 +207,12 @@ class _Wave:
         self, part: tuple[int, int, int] | None = None, without: frozenset[int] = frozenset()
     ) -> DataFrame:
         """The query's rows over the wave (or ``part`` of it), minus records ``without``."""
+        return self._query(self.events(part), without)
+
+    def _query(self, events: DataFrame, without: frozenset[int]) -> DataFrame:
         # lazy: avoids pyspark at import
         from pyspark.sql import functions as F
 
-        events = self.events(part)
         if without:
             events = events.where(~F.col(ROW).isin(list(without)))
         events.createOrReplaceTempView(VIEW)
@@ -214,6 +228,9 @@ class _Wave:
         # lazy: avoids pyspark at import
         from pyspark.sql import functions as F
 
+        in_place = self._finish_in_place(failed)
+        if in_place is not None:
+            return in_place
         rows = self.rows(without=frozenset(failed))
         finisher = FinishUnits(WaveQuery(self.ctx, failed, self.fetch))
 
@@ -228,6 +245,25 @@ class _Wave:
         results = grouped.applyInArrow(finish, RESULT_SCHEMA).collect()
         return collect_outputs(self.ctx, results)
 
+    def _finish_in_place(self, failed: dict[int, tuple[str, str]]) -> dict[str, UnitOutput] | None:
+        """A Kafka wave whose query keeps each row in its record's task (no shuffle, join, limit
+        or union: :func:`runs_in_place`) is finished in one stage: each task reads its units
+        (a partition's units in offset order when the sink produces a partition's units in one
+        task), decodes them, runs the query and finishes them from the records it spooled on its
+        host. None when the query cannot run so; the wave is then finished by a cogroup."""
+        if self.fetch is None:
+            return None
+        tasks = unit_tasks(self.ctx.units, self.ctx.whole_partitions)
+        token = f"{self.ctx.run_id}-{uuid.uuid4().hex[:12]}"
+        ranges = [[self.ctx.units[i].range.to_dict() for i in task] for task in tasks]
+        fetch: Any = FetchDecode(self.ctx, self.schema, self.fetch, ranges, spool=token)
+        events = self.spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(fetch, self.ddl())
+        rows = self._query(events, frozenset(failed))
+        if not runs_in_place(rows):
+            return None
+        finisher: Any = FinishInPlace(WaveQuery(self.ctx, failed, self.fetch), token, tasks)
+        return collect_outputs(self.ctx, rows.mapInArrow(finisher, RESULT_SCHEMA).collect())
+
     def fails(self, part: tuple[int, int, int], without: frozenset[int]) -> tuple[str, str] | None:
         """Spark's error (class name, message) when the query fails over ``part`` of the wave,
         else None."""
@@ -238,6 +274,42 @@ class _Wave:
         except Exception as exc:  # the query's own runtime error, from a task
             return type(exc).__name__, query_error(exc)
         return None
+
+
+IN_PLACE_NODES = frozenset({"Range", "MapInArrow", "Project", "Filter", "InputAdapter"})
+"""The physical operators a query may have for its rows to stay in the task that decoded their
+records (besides ``WholeStageCodegen``): one read of the view, then row-by-row work."""
+
+
+def runs_in_place(df: DataFrame) -> bool:
+    """Whether ``df``'s physical plan keeps every row in the partition of the view it comes from:
+    one view, only :data:`IN_PLACE_NODES`. A Spark Connect DataFrame shows no plan: no."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return False
+    names: list[str] = []
+    nodes = [jdf.queryExecution().executedPlan()]
+    while nodes:
+        node = nodes.pop()
+        names.append(str(node.nodeName()))
+        children = node.children()
+        nodes += [children.apply(i) for i in range(children.size())]
+    return (
+        names.count("Range") == 1
+        and names.count("MapInArrow") == 1
+        and all(n in IN_PLACE_NODES or n.startswith("WholeStageCodegen") for n in names)
+    )
+
+
+def unit_tasks(units: tuple[WorkUnit, ...], whole_partitions: bool) -> list[list[int]]:
+    """The unit ordinals of each task of an in-place wave: one unit a task, or (``whole_partitions``:
+    the Kafka sink produces a partition's units in order) a source partition's units a task."""
+    if not whole_partitions:
+        return [[i] for i in range(len(units))]
+    by_partition: dict[tuple[str, int], list[int]] = {}
+    for i, unit in enumerate(units):
+        by_partition.setdefault((unit.topic, unit.partition), []).append(i)
+    return [sorted(ids, key=lambda i: units[i].start) for _, ids in sorted(by_partition.items())]
 
 
 def query_error(exc: BaseException) -> str:

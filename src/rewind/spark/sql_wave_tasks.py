@@ -4,9 +4,12 @@ the Python translate's own :func:`~rewind.translate.process.process_batch`."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.arrow import schema_from_b64
@@ -155,74 +158,88 @@ class FinishUnits:
         self.wave = wave
 
     def __call__(self, key: tuple[Any, ...], records: pa.Table, rows: pa.Table) -> pa.Table:
-        # lazy: avoids numpy, pyarrow at import
-        import numpy as np
-        import pyarrow as pa
-
-        # lazy: avoids numpy, pandas, pyarrow at import
-        from rewind.translate.process import ProcessContext, process_batch
-
-        ctx = self.wave.ctx
-        activate(ctx.store)  # a unit the task loads into the sink reads its files back
         ordinal = int(key[0].as_py())
-        unit = ctx.units[ordinal]
-        schema = schema_from_b64(ctx.output_schema_b64)
-        out = UnitFiles(ctx, unit, schema)
         if self.wave.fetch is not None:
-            records = read_unit(self.wave.fetch, unit)
-        if records.num_rows:
-            spec = JobSpec.model_validate_json(ctx.spec_json)
-            batch = records.drop_columns([c for c in (UNIT,) if c in records.column_names]).sort_by("offset")
-            if ctx.latest is not None:
-                batch, left_out = ctx.latest.split(batch, unit.topic, unit.partition)
-                out.counts = out.counts.merge(left_out)
-            offsets = batch["offset"].to_numpy()
-            frame = rows.drop_columns([UNIT]).to_pandas()
-            wanted = (frame[ROW].to_numpy(dtype=np.int64) & ((1 << ROW_BITS) - 1)) + unit.start
-            at = np.searchsorted(offsets, wanted)
-            found = (at < len(offsets)) & (offsets[np.minimum(at, len(offsets) - 1)] == wanted)
-            frame = frame[found].assign(**{ROW: at[found].astype(np.int64)})
-            frame.index = frame[ROW].to_numpy()
-            frame.index.name = ROW_INDEX
-            base = ordinal << ROW_BITS
-            failed = {
-                int(np.searchsorted(offsets, (rid - base) + unit.start)): why
-                for rid, why in self.wave.failed.items()
-                if rid >> ROW_BITS == ordinal
-            }
-            pctx = ProcessContext(
-                ctx.run_id, unit.id, transform_name(spec.translate), spec.translate.version, datetime.now(UTC)
-            )
-            decoder = make_decoder(spec.decode)
-            decoded = len(decoder.decode(batch).events) if failed else -1
-            result = process_batch(
-                batch,
-                decoder,
-                QueryRows(frame, failed, decoded),
-                spec.key,
-                pctx,
-                output_schema=pa.schema([f for f in schema if not f.name.startswith("_rewind_")]),
-                translator_name="translate.sql",
-                **lineage_options(spec),
-            )
-            out.write(result.rows, result.quarantine)
-            out.counts = out.counts.merge(result.counts)
-        elif rows.num_rows:
-            raise SqlTranslateError(f"unit {unit.id}: the query gave rows for records it was not given")
-        if out.counts.records_read == 0:
-            return pa.Table.from_pylist([], schema=result_arrow_schema())
-        return pa.Table.from_pylist(unit_result_rows(ctx, [out]), schema=result_arrow_schema())
+            records = read_unit(self.wave.fetch, self.wave.ctx.units[ordinal])
+        return finish_unit(self.wave, ordinal, records, rows)
+
+
+def finish_unit(wave: WaveQuery, ordinal: int, records: pa.Table, rows: pa.Table) -> pa.Table:
+    """One unit finished: its records (Kafka's columns) and the query's rows of them in, the
+    unit's files written, its result row out (none when it held no record)."""
+    # lazy: avoids numpy, pyarrow at import
+    import numpy as np
+    import pyarrow as pa
+
+    # lazy: avoids numpy, pandas, pyarrow at import
+    from rewind.translate.process import ProcessContext, process_batch
+
+    ctx = wave.ctx
+    activate(ctx.store)  # a unit the task loads into the sink reads its files back
+    unit = ctx.units[ordinal]
+    schema = schema_from_b64(ctx.output_schema_b64)
+    out = UnitFiles(ctx, unit, schema)
+    if records.num_rows:
+        spec = JobSpec.model_validate_json(ctx.spec_json)
+        batch = records.drop_columns([c for c in (UNIT,) if c in records.column_names]).sort_by("offset")
+        if ctx.latest is not None:
+            batch, left_out = ctx.latest.split(batch, unit.topic, unit.partition)
+            out.counts = out.counts.merge(left_out)
+        offsets = batch["offset"].to_numpy()
+        frame = rows.drop_columns([c for c in (UNIT,) if c in rows.column_names]).to_pandas()
+        wanted = (frame[ROW].to_numpy(dtype=np.int64) & ((1 << ROW_BITS) - 1)) + unit.start
+        at = np.searchsorted(offsets, wanted)
+        found = (at < len(offsets)) & (offsets[np.minimum(at, len(offsets) - 1)] == wanted)
+        frame = frame[found].assign(**{ROW: at[found].astype(np.int64)})
+        frame.index = frame[ROW].to_numpy()
+        frame.index.name = ROW_INDEX
+        base = ordinal << ROW_BITS
+        failed = {
+            int(np.searchsorted(offsets, (rid - base) + unit.start)): why
+            for rid, why in wave.failed.items()
+            if rid >> ROW_BITS == ordinal
+        }
+        pctx = ProcessContext(
+            ctx.run_id, unit.id, transform_name(spec.translate), spec.translate.version, datetime.now(UTC)
+        )
+        decoder = make_decoder(spec.decode)
+        decoded = len(decoder.decode(batch).events) if failed else -1
+        result = process_batch(
+            batch,
+            decoder,
+            QueryRows(frame, failed, decoded),
+            spec.key,
+            pctx,
+            output_schema=pa.schema([f for f in schema if not f.name.startswith("_rewind_")]),
+            translator_name="translate.sql",
+            **lineage_options(spec),
+        )
+        out.write(result.rows, result.quarantine)
+        out.counts = out.counts.merge(result.counts)
+    elif rows.num_rows:
+        raise SqlTranslateError(f"unit {unit.id}: the query gave rows for records it was not given")
+    if out.counts.records_read == 0:
+        return pa.Table.from_pylist([], schema=result_arrow_schema())
+    return pa.Table.from_pylist(unit_result_rows(ctx, [out]), schema=result_arrow_schema())
 
 
 class FetchDecode:
     """``mapInArrow`` over task ids: each task reads its ranges from Kafka (the ``rewind-kafka``
     reader's own fetch loop, rate limit and progress reports) and yields the view's rows, so the
-    records themselves never cross into the JVM (:class:`TagUnits` + :class:`DecodeEvents`)."""
+    records themselves never cross into the JVM (:class:`TagUnits` + :class:`DecodeEvents`).
+
+    With ``spool`` (a wave's token), each task also writes the records it read to a file on its
+    own host (:func:`spool_file`), for :class:`FinishInPlace` further down the same task."""
 
     def __init__(
-        self, ctx: StageContext, schema: pa.Schema, options: dict[str, str], tasks: list[list[dict[str, Any]]]
+        self,
+        ctx: StageContext,
+        schema: pa.Schema,
+        options: dict[str, str],
+        tasks: list[list[dict[str, Any]]],
+        spool: str | None = None,
     ) -> None:
-        self.ctx, self.schema, self.options, self.tasks = ctx, schema, options, tasks
+        self.ctx, self.schema, self.options, self.tasks, self.spool = ctx, schema, options, tasks, spool
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # lazy: avoids pyspark at import
@@ -233,7 +250,101 @@ class FetchDecode:
         for batch in batches:
             for task_id in batch.column(0).to_pylist():
                 ranges = [OffsetRange.from_dict(d) for d in self.tasks[task_id]]
-                yield from decode(TagUnits(self.ctx.units)(reader.read(RangesPartition(ranges))))
+                records = reader.read(RangesPartition(ranges))
+                if self.spool is None:
+                    yield from decode(TagUnits(self.ctx.units)(records))
+                    continue
+                with SpoolWriter(spool_file(self.spool, task_id)) as spool:
+                    yield from decode(TagUnits(self.ctx.units)(spool.tee(records)))
+
+
+def spool_dir(token: str) -> Path:
+    """Where a wave's tasks keep the records they read until the same task finishes their units:
+    the executor's local directory (Spark names it to its Python workers and deletes it when the
+    executor stops), else the temp dir. The finishing task deletes its task's files."""
+    local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]
+    return Path(local or tempfile.gettempdir()) / "rewind-sql-spool" / token
+
+
+def spool_file(token: str, task_id: int) -> Path:
+    """The file of one attempt of one task (a retried attempt writes its own)."""
+    # lazy: avoids pyspark at import
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    attempt = task.attemptNumber() if task is not None else 0
+    return spool_dir(token) / f"task-{task_id}-attempt-{attempt}.arrow"
+
+
+class SpoolWriter:
+    """Record batches streamed to an Arrow file as they pass; the file exists once the block
+    ends, empty when no record passed (so a missing file means another task read the records)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._writer: Any = None
+
+    def __enter__(self) -> SpoolWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def tee(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids pyarrow at import
+        import pyarrow as pa
+
+        for batch in batches:
+            if batch.num_rows:
+                if self._writer is None:
+                    self._writer = pa.ipc.new_file(str(self.path), batch.schema)
+                self._writer.write_batch(batch)
+            yield batch
+
+    def __exit__(self, *exc: object) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        else:
+            self.path.touch()
+
+
+class FinishInPlace:
+    """``mapInArrow`` over the query's rows, in the task that read and decoded their records
+    (the query has no shuffle: its rows stay in the task of the view's partition): the task's
+    units finished with the records :class:`FetchDecode` spooled, read back from this host
+    instead of from Kafka, and no shuffle of the rows to a unit's task."""
+
+    def __init__(self, wave: WaveQuery, token: str, tasks: list[list[int]]) -> None:
+        self.wave, self.token, self.tasks = wave, token, tasks
+        """``tasks``: the unit ordinals of each task, by the view's partition id."""
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids numpy, pyarrow, pyspark at import
+        import numpy as np
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        assert task is not None
+        task_id = task.partitionId()
+        rows = [b for b in batches if b.num_rows]
+        path = spool_file(self.token, task_id)
+        try:
+            if not path.exists():
+                raise SqlTranslateError(
+                    f"the query's rows of task {task_id} reached a task that did not read their records"
+                )
+            records = pa.ipc.open_file(str(path)).read_all() if path.stat().st_size else pa.table({})
+        finally:
+            for stale in path.parent.glob(f"task-{task_id}-attempt-*.arrow"):
+                stale.unlink(missing_ok=True)
+        query_rows = pa.Table.from_batches(rows) if rows else pa.table({ROW: pa.array([], pa.int64())})
+        row_units = query_rows.column(UNIT).to_numpy() if rows else np.zeros(0, dtype=np.int32)
+        tagged = list(TagUnits(self.wave.ctx.units)(iter(records.to_batches()))) if records.num_rows else []
+        read = pa.Table.from_batches(tagged) if tagged else pa.table({})
+        read_units = read.column(UNIT).to_numpy() if tagged else np.zeros(0, dtype=np.int32)
+        for ordinal in self.tasks[task_id]:
+            mine = read.filter(pa.array(read_units == ordinal)) if tagged else read
+            its_rows = query_rows.filter(pa.array(row_units == ordinal)) if rows else query_rows
+            yield from finish_unit(self.wave, ordinal, mine, its_rows).to_batches()
 
 
 def read_unit(options: dict[str, str], unit: WorkUnit) -> pa.Table:
