@@ -305,3 +305,17 @@ def test_only_a_row_by_row_query_runs_in_the_task_that_read_its_records(
 
     spark.range(0, 8, 1, 4).mapInArrow(same, "id long").createOrReplaceTempView("events")
     assert runs_in_place(spark.sql(query)) is in_place
+
+
+def test_the_columns_a_row_by_row_query_reads_are_the_only_ones_the_view_sends(spark: Any) -> None:
+    from rewind.spark.sql_wave import columns_read
+
+    def same(batches: Any) -> Any:
+        yield from batches
+
+    view = spark.range(0, 8, 1, 4).selectExpr("id", "id * 10 AS amount", "'x' AS _src_topic")
+    view.mapInArrow(same, "id long, amount long, _src_topic string").createOrReplaceTempView("events")
+    view_columns = {"id", "amount", "_src_topic"}
+    query = "SELECT id, amount * 2 AS twice FROM events WHERE amount > 10"
+    assert columns_read(spark.sql(query), view_columns) == {"id", "amount"}
+    assert columns_read(spark.sql("SELECT * FROM events WHERE id > 1"), view_columns) == view_columns

@@ -253,14 +253,27 @@ class _Wave:
         host. None when the query cannot run so; the wave is then finished by a cogroup."""
         if self.fetch is None:
             return None
+        # lazy: avoids pyarrow, pyspark at import
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import from_arrow_schema
+
         tasks = unit_tasks(self.ctx.units, self.ctx.whole_partitions)
         token = f"{self.ctx.run_id}-{uuid.uuid4().hex[:12]}"
         ranges = [[self.ctx.units[i].range.to_dict() for i in task] for task in tasks]
-        fetch: Any = FetchDecode(self.ctx, self.schema, self.fetch, ranges, spool=token)
-        events = self.spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(fetch, self.ddl())
-        rows = self._query(events, frozenset(failed))
+
+        def query(schema: pa.Schema) -> DataFrame:
+            fetch: Any = FetchDecode(self.ctx, schema, self.fetch or {}, ranges, spool=token)
+            view = self.spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(fetch, from_arrow_schema(schema))
+            return self._query(view, frozenset(failed))
+
+        rows = query(self.schema)
         if not runs_in_place(rows):
             return None
+        # the view's columns the query does not read never leave Python (the JVM cannot prune
+        # a Python function's output): its lineage inputs, mostly
+        used = columns_read(rows, set(self.schema.names)) | {ROW}
+        if used < set(self.schema.names):
+            rows = query(pa.schema([f for f in self.schema if f.name in used]))
         finisher: Any = FinishInPlace(WaveQuery(self.ctx, failed, self.fetch), token, tasks)
         return collect_outputs(self.ctx, rows.mapInArrow(finisher, RESULT_SCHEMA).collect())
 
@@ -299,6 +312,24 @@ def runs_in_place(df: DataFrame) -> bool:
         and names.count("MapInArrow") == 1
         and all(n in IN_PLACE_NODES or n.startswith("WholeStageCodegen") for n in names)
     )
+
+
+def columns_read(df: DataFrame, among: set[str]) -> set[str]:
+    """The columns of ``among`` (the view's) that the operators of ``df``'s physical plan read,
+    the view's own function and its input aside (a plan of :func:`runs_in_place`), or that it
+    outputs (a column passed through untouched is read by no operator)."""
+    root = df._jdf.queryExecution().executedPlan()
+    output = root.output()
+    names = {str(output.apply(i).name()) for i in range(output.size())}
+    nodes = [root]
+    while nodes:
+        node = nodes.pop()
+        if str(node.nodeName()) not in ("MapInArrow", "Range"):
+            read = node.references().toSeq()
+            names |= {str(read.apply(i).name()) for i in range(read.size())}
+        children = node.children()
+        nodes += [children.apply(i) for i in range(children.size())]
+    return names & among
 
 
 def unit_tasks(units: tuple[WorkUnit, ...], whole_partitions: bool) -> list[list[int]]:
