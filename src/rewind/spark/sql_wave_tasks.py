@@ -21,6 +21,7 @@ from rewind.spark.job_stage import StageContext, UnitFiles, result_arrow_schema,
 from rewind.spark.progress_channel import PROGRESS_OPTION
 from rewind.spark.sql_translate import SqlTranslateError
 from rewind.spec import JobSpec
+from rewind.translate.decoder import Decoded, Decoder
 from rewind.translate.factory import lineage_options, make_decoder, transform_name
 
 if TYPE_CHECKING:
@@ -86,11 +87,15 @@ class DecodeEvents:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            events = decoder.decode(batch.drop_columns([UNIT])).events
-            if len(events) == 0:
-                continue
-            units = batch.column(UNIT).to_numpy(zero_copy_only=False)[events[ROW].to_numpy()]
-            yield from events_batches(events, units, self.starts, self.schema)
+            yield from self.view(batch, decoder.decode(batch.drop_columns([UNIT])))
+
+    def view(self, batch: pa.RecordBatch, decoded: Decoded) -> Iterator[pa.RecordBatch]:
+        """The view's rows of one tagged batch, given what its decoder made of it."""
+        events = decoded.events
+        if len(events) == 0:
+            return
+        units = batch.column(UNIT).to_numpy(zero_copy_only=False)[events[ROW].to_numpy()]
+        yield from events_batches(events, units, self.starts, self.schema)
 
 
 def events_batches(
@@ -202,7 +207,12 @@ def finish_unit(wave: WaveQuery, ordinal: int, records: pa.Table, rows: pa.Table
         pctx = ProcessContext(
             ctx.run_id, unit.id, transform_name(spec.translate), spec.translate.version, datetime.now(UTC)
         )
-        decoder = make_decoder(spec.decode)
+        decoder: Decoder
+        if FATE in batch.column_names:  # spooled in place: the fates of the wave's decoding
+            decoder = Replayed(batch)
+            batch = batch.drop_columns([FATE, FAIL_STAGE, FAIL_REASON, FAIL_KIND])
+        else:
+            decoder = make_decoder(spec.decode)
         decoded = len(decoder.decode(batch).events) if failed else -1
         result = process_batch(
             batch,
@@ -254,8 +264,12 @@ class FetchDecode:
                 if self.spool is None:
                     yield from decode(TagUnits(self.ctx.units)(records))
                     continue
+                decoder = make_decoder(JobSpec.model_validate_json(self.ctx.spec_json).decode)
                 with SpoolWriter(spool_file(self.spool, task_id)) as spool:
-                    yield from decode(TagUnits(self.ctx.units)(spool.tee(records)))
+                    for tagged in TagUnits(self.ctx.units)(records):
+                        decoded = decoder.decode(tagged.drop_columns([UNIT]))
+                        spool.write(tagged, decoded)
+                        yield from decode.view(tagged, decoded)
 
 
 def spool_dir(token: str) -> Path:
@@ -277,8 +291,9 @@ def spool_file(token: str, task_id: int) -> Path:
 
 
 class SpoolWriter:
-    """Record batches streamed to an Arrow file as they pass; the file exists once the block
-    ends, empty when no record passed (so a missing file means another task read the records)."""
+    """A task's tagged records streamed to an Arrow file, each with its decoding's fate; the
+    file exists once the block ends, empty when no record passed (so a missing file means
+    another task read the records)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -288,22 +303,92 @@ class SpoolWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         return self
 
-    def tee(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write(self, batch: pa.RecordBatch, decoded: Decoded) -> None:
+        """One tagged batch, with what the decoder made of each record (:func:`with_fates`)."""
         # lazy: avoids pyarrow at import
         import pyarrow as pa
 
-        for batch in batches:
-            if batch.num_rows:
-                if self._writer is None:
-                    self._writer = pa.ipc.new_file(str(self.path), batch.schema)
-                self._writer.write_batch(batch)
-            yield batch
+        if not batch.num_rows:
+            return
+        batch = with_fates(batch, decoded)
+        if self._writer is None:
+            self._writer = pa.ipc.new_file(str(self.path), batch.schema)
+        self._writer.write_batch(batch)
 
     def __exit__(self, *exc: object) -> None:
         if self._writer is not None:
             self._writer.close()
         else:
             self.path.touch()
+
+
+FATE, FAIL_STAGE, FAIL_REASON, FAIL_KIND = (
+    "_rewind_fate",
+    "_rewind_fail_stage",
+    "_rewind_fail_reason",
+    "_rewind_fail_kind",
+)
+EVENT, FAILED, SKIPPED, NEITHER = 0, 1, 2, 3
+"""A spooled record's fate in the wave's decoding: decoded into an event, quarantined (with its
+stage, reason and kind), skipped on purpose, or none of these."""
+
+
+def with_fates(batch: pa.RecordBatch, decoded: Decoded) -> pa.RecordBatch:
+    """``batch`` with :data:`FATE` and the failure columns of each of its records."""
+    # lazy: avoids numpy, pyarrow at import
+    import numpy as np
+    import pyarrow as pa
+
+    n = batch.num_rows
+    fate = np.full(n, NEITHER, dtype=np.int8)
+    fate[decoded.events[ROW].to_numpy(dtype=np.int64)] = EVENT
+    fate[np.asarray(decoded.skipped, dtype=np.int64)] = SKIPPED
+    texts: dict[str, pa.Array] = {k: pa.nulls(n, pa.string()) for k in (FAIL_STAGE, FAIL_REASON, FAIL_KIND)}
+    if decoded.failures:  # rare: built record by record
+        stage: list[str | None] = [None] * n
+        reason: list[str | None] = [None] * n
+        kind: list[str | None] = [None] * n
+        for f in decoded.failures:
+            fate[f.row] = FAILED
+            stage[f.row], reason[f.row], kind[f.row] = f.stage, f.reason, f.kind
+        texts = {k: pa.array(v, pa.string()) for k, v in zip(texts, (stage, reason, kind), strict=True)}
+    columns = {FATE: pa.array(fate, pa.int8()), **texts}
+    for name, column in columns.items():
+        batch = batch.append_column(name, column)
+    return batch
+
+
+class Replayed(Decoder):
+    """A decoder that decodes nothing: it answers with the fates the wave's first decoding of the
+    same records spooled (:func:`with_fates`), so a unit finished in place is decoded once. Its
+    events are their positions only (``_rewind_row``): the query's rows are the translate's output."""
+
+    def __init__(self, batch: pa.Table) -> None:
+        """``batch``: the records about to be processed, in order, with the fate columns."""
+        self.fate = batch[FATE].to_numpy()
+        self.texts = {k: batch[k].to_pylist() for k in (FAIL_STAGE, FAIL_REASON, FAIL_KIND)}
+
+    def decode(self, batch: pa.RecordBatch) -> Decoded:
+        # lazy: avoids numpy, pandas at import
+        import numpy as np
+        import pandas as pd
+
+        # lazy: avoids pyarrow at import
+        from rewind.translate.failures import Failure
+
+        if batch.num_rows != len(self.fate):
+            raise SqlTranslateError("a unit's records changed between its decoding and its finishing")
+        rows = np.flatnonzero(self.fate == EVENT)
+        events = pd.DataFrame({ROW: rows}, index=pd.Index(rows, name=ROW_INDEX))
+        stage, reason, kind = (self.texts[k] for k in (FAIL_STAGE, FAIL_REASON, FAIL_KIND))
+        failures = [
+            Failure(int(i), stage[i], reason[i], kind[i] or "")
+            for i in np.flatnonzero(self.fate == FAILED)
+        ]
+        return Decoded(events, failures, np.flatnonzero(self.fate == SKIPPED).tolist())
+
+    def field_dtypes(self) -> dict[str, Any]:
+        return {}
 
 
 class FinishInPlace:
@@ -338,11 +423,9 @@ class FinishInPlace:
                 stale.unlink(missing_ok=True)
         query_rows = pa.Table.from_batches(rows) if rows else pa.table({ROW: pa.array([], pa.int64())})
         row_units = query_rows.column(UNIT).to_numpy() if rows else np.zeros(0, dtype=np.int32)
-        tagged = list(TagUnits(self.wave.ctx.units)(iter(records.to_batches()))) if records.num_rows else []
-        read = pa.Table.from_batches(tagged) if tagged else pa.table({})
-        read_units = read.column(UNIT).to_numpy() if tagged else np.zeros(0, dtype=np.int32)
+        read_units = records.column(UNIT).to_numpy() if records.num_rows else np.zeros(0, dtype=np.int32)
         for ordinal in self.tasks[task_id]:
-            mine = read.filter(pa.array(read_units == ordinal)) if tagged else read
+            mine = records.filter(pa.array(read_units == ordinal)) if records.num_rows else records
             its_rows = query_rows.filter(pa.array(row_units == ordinal)) if rows else query_rows
             yield from finish_unit(self.wave, ordinal, mine, its_rows).to_batches()
 
