@@ -192,9 +192,8 @@ def run(
     target: Any = spec_or_plan if spec_or_plan.startswith("p-") and not Path(spec_or_plan).exists() else None
     accepted = None
     if target is None:
-        target = load_spec(Path(spec_or_plan))
-        card = gate_run(settings, target, accept_risk)
-        accepted = card.get("accepted_risk") if card else None
+        gated = gate_run(settings, load_spec(Path(spec_or_plan)), accept_risk)
+        target, accepted = gated.plan, gated.accepted_risk
     timings: list[dict[str, Any]] = []
     collector_for = _collector_for(settings, timings)
     console = _run_console(settings, json_out, metrics_port, metrics_address, collector_for)

@@ -83,7 +83,7 @@ def usable_plan(
 
 def run_job(
     settings: Settings,
-    spec_or_plan: JobSpec | str,
+    spec_or_plan: JobSpec | JobPlan | str,
     *,
     console: Console = QUIET,
     run_id: str | None = None,
@@ -91,12 +91,15 @@ def run_job(
     timings: list[dict[str, Any]] | None = None,
     accepted_risk: Mapping[str, Any] | None = None,
 ) -> RunOutcome:
-    """Plan (or load a stored plan by id), refuse on a failed gate, then execute (``timings``:
+    """Plan (or take a plan made by the caller, or load a stored plan by id), refuse on a failed
+    gate, then execute (``timings``:
     see :func:`rewind.job.runner.execute`). ``accepted_risk`` (the readiness gate's, see
     :func:`rewind.ops.readiness.gate_run`) is recorded in the run's audit before it executes."""
     with _ledger(settings) as ledger:
         if isinstance(spec_or_plan, str):
             plan = usable_plan(settings, ledger, spec_or_plan, how="the original spec (rewind run SPEC)")
+        elif isinstance(spec_or_plan, JobPlan):  # planned (and stored) by the caller
+            plan = spec_or_plan
         else:
             plan = plan_job(settings, spec_or_plan, ledger)
         if not plan.ok:

@@ -271,12 +271,16 @@ def live_groups_of(spec: JobSpec) -> list[str]:
 
 def readiness(settings: Settings, spec: JobSpec) -> dict[str, Any]:
     """Plan (stored, as ``rewind plan`` does) and score ``spec``: the scorecard as a dict."""
+    return _planned_and_scored(settings, spec)[1]
+
+
+def _planned_and_scored(settings: Settings, spec: JobSpec) -> tuple[JobPlan, dict[str, Any]]:
     # lazy: avoids sqlalchemy at import
     from rewind.job.service import plan_job
 
     plan = plan_job(settings, spec)
     scores = scorecard(settings, spec, plan, live_groups_of(spec))
-    return {
+    return plan, {
         "name": spec.name,
         "fingerprint": spec.fingerprint(),
         "plan_id": plan.plan_id,
@@ -286,23 +290,32 @@ def readiness(settings: Settings, spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def gate_run(settings: Settings, spec: JobSpec, accept_risk: str | None) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Gated:
+    """What the gate of ``rewind run SPEC`` lets through: the plan it made (the run executes it:
+    a plan is not built twice, a SQL translate's check alone starts Spark), and the risk it
+    accepted (None when nothing red was)."""
+
+    plan: JobPlan
+    accepted_risk: dict[str, Any] | None
+
+
+def gate_run(settings: Settings, spec: JobSpec, accept_risk: str | None) -> Gated:
     """The gate of ``rewind run SPEC``: refuse a red scorecard unless a reason accepts the risk.
 
-    The scorecard goes into the ledger's audit before the run starts; the card returned holds
-    ``accepted_risk`` (the plan, the reason, the red areas; None when nothing red was accepted),
-    which :func:`rewind.job.service.run_job` records in the run's own audit (with the user), so
-    ``rewind show RUN`` and the run's report show it. A plan refused by a gate returns None: the
-    run refuses it itself, with the plan's own message.
+    The scorecard goes into the ledger's audit before the run starts; ``accepted_risk`` (the
+    plan, the reason, the red areas) is what :func:`rewind.job.service.run_job` records in the
+    run's own audit (with the user), so ``rewind show RUN`` and the run's report show it. A plan
+    refused by a gate is not scored: the run refuses it itself, with the plan's own message.
     """
     # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
 
     if accept_risk is not None and not accept_risk.strip():
         raise ReadinessRefused('--accept-risk needs a reason: --accept-risk "why this risk is accepted"')
-    card = readiness(settings, spec)
+    plan, card = _planned_and_scored(settings, spec)
     if not card["plan_ok"]:
-        return None
+        return Gated(plan, None)
     reds = [a for a in card["areas"] if a["status"] == "red"]
     with open_ledger(settings) as ledger:
         ledger.audit(
@@ -315,4 +328,4 @@ def gate_run(settings: Settings, spec: JobSpec, accept_risk: str | None) -> dict
             f'fix it, or run with --accept-risk "reason" (recorded)'
         )
     accepted = {"plan_id": card["plan_id"], "reason": accept_risk, "red": [a["area"] for a in reds]}
-    return {**card, "accepted_risk": accepted if reds else None}
+    return Gated(plan, accepted if reds else None)
