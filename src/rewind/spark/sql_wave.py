@@ -69,6 +69,7 @@ from rewind.spark.sql_wave_tasks import (
     WaveQuery,
     row_id,
 )
+from rewind.spark.unit_produce import read_ranges
 from rewind.spec import JobSpec
 from rewind.translate.factory import make_decoder
 
@@ -257,9 +258,11 @@ class _Wave:
         import pyarrow as pa
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        tasks = unit_tasks(self.ctx.units, self.ctx.whole_partitions)
+        tasks = unit_tasks(self.ctx.units, self.ctx.whole_partitions, self.ctx.ranges_per_task)
         token = f"{self.ctx.run_id}-{uuid.uuid4().hex[:12]}"
-        ranges = [[self.ctx.units[i].range.to_dict() for i in task] for task in tasks]
+        # a partition's units of a task read as one range (the reader takes one per partition)
+        spans = [read_ranges([self.ctx.units[i] for i in task], whole_partitions=True) for task in tasks]
+        ranges = [[r.to_dict() for r in task_spans] for task_spans in spans]
 
         def query(schema: pa.Schema) -> DataFrame:
             fetch: Any = FetchDecode(self.ctx, schema, self.fetch or {}, ranges, spool=token)
@@ -332,15 +335,20 @@ def columns_read(df: DataFrame, among: set[str]) -> set[str]:
     return names & among
 
 
-def unit_tasks(units: tuple[WorkUnit, ...], whole_partitions: bool) -> list[list[int]]:
-    """The unit ordinals of each task of an in-place wave: one unit a task, or (``whole_partitions``:
-    the Kafka sink produces a partition's units in order) a source partition's units a task."""
-    if not whole_partitions:
-        return [[i] for i in range(len(units))]
+def unit_tasks(units: tuple[WorkUnit, ...], whole_partitions: bool, per_task: int) -> list[list[int]]:
+    """The unit ordinals of each task of an in-place wave: runs of up to ``per_task`` units of one
+    source partition in offset order (the reader's own grouping, without splitting a unit), or
+    (``whole_partitions``: the Kafka sink produces a partition's units in order) all of a
+    partition's units."""
     by_partition: dict[tuple[str, int], list[int]] = {}
     for i, unit in enumerate(units):
         by_partition.setdefault((unit.topic, unit.partition), []).append(i)
-    return [sorted(ids, key=lambda i: units[i].start) for _, ids in sorted(by_partition.items())]
+    tasks: list[list[int]] = []
+    for _, ids in sorted(by_partition.items()):
+        ids.sort(key=lambda i: units[i].start)
+        step = len(ids) if whole_partitions else max(1, per_task)
+        tasks += [ids[k : k + step] for k in range(0, len(ids), step)]
+    return tasks
 
 
 def query_error(exc: BaseException) -> str:

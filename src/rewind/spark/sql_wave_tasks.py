@@ -169,6 +169,10 @@ class FinishUnits:
         return finish_unit(self.wave, ordinal, records, rows)
 
 
+def _ascending(values: Any) -> bool:
+    return bool(len(values) < 2 or (values[1:] > values[:-1]).all())
+
+
 def finish_unit(wave: WaveQuery, ordinal: int, records: pa.Table, rows: pa.Table) -> pa.Table:
     """One unit finished: its records (Kafka's columns) and the query's rows of them in, the
     unit's files written, its result row out (none when it held no record)."""
@@ -186,7 +190,9 @@ def finish_unit(wave: WaveQuery, ordinal: int, records: pa.Table, rows: pa.Table
     out = UnitFiles(ctx, unit, schema)
     if records.num_rows:
         spec = JobSpec.model_validate_json(ctx.spec_json)
-        batch = records.drop_columns([c for c in (UNIT,) if c in records.column_names]).sort_by("offset")
+        batch = records.drop_columns([c for c in (UNIT,) if c in records.column_names])
+        if not _ascending(batch["offset"].to_numpy()):  # a read in offset order needs no copy
+            batch = batch.sort_by("offset")
         if ctx.latest is not None:
             batch, left_out = ctx.latest.split(batch, unit.topic, unit.partition)
             out.counts = out.counts.merge(left_out)
@@ -365,8 +371,12 @@ class Replayed(Decoder):
 
     def __init__(self, batch: pa.Table) -> None:
         """``batch``: the records about to be processed, in order, with the fate columns."""
+        # lazy: avoids numpy at import
+        import numpy as np
+
         self.fate = batch[FATE].to_numpy()
-        self.texts = {k: batch[k].to_pylist() for k in (FAIL_STAGE, FAIL_REASON, FAIL_KIND)}
+        self.failed = np.flatnonzero(self.fate == FAILED)
+        self.texts = [batch[k].take(self.failed).to_pylist() for k in (FAIL_STAGE, FAIL_REASON, FAIL_KIND)]
 
     def decode(self, batch: pa.RecordBatch) -> Decoded:
         # lazy: avoids numpy, pandas at import
@@ -380,10 +390,9 @@ class Replayed(Decoder):
             raise SqlTranslateError("a unit's records changed between its decoding and its finishing")
         rows = np.flatnonzero(self.fate == EVENT)
         events = pd.DataFrame({ROW: rows}, index=pd.Index(rows, name=ROW_INDEX))
-        stage, reason, kind = (self.texts[k] for k in (FAIL_STAGE, FAIL_REASON, FAIL_KIND))
         failures = [
-            Failure(int(i), stage[i], reason[i], kind[i] or "")
-            for i in np.flatnonzero(self.fate == FAILED)
+            Failure(int(i), stage, reason, kind or "")
+            for i, stage, reason, kind in zip(self.failed, *self.texts, strict=True)
         ]
         return Decoded(events, failures, np.flatnonzero(self.fate == SKIPPED).tolist())
 
@@ -417,7 +426,10 @@ class FinishInPlace:
                 raise SqlTranslateError(
                     f"the query's rows of task {task_id} reached a task that did not read their records"
                 )
-            records = pa.ipc.open_file(str(path)).read_all() if path.stat().st_size else pa.table({})
+            # mapped, not copied: a unit's rows are copied out of it one unit at a time
+            records = (
+                pa.ipc.open_file(pa.memory_map(str(path))).read_all() if path.stat().st_size else pa.table({})
+            )
         finally:
             for stale in path.parent.glob(f"task-{task_id}-attempt-*.arrow"):
                 stale.unlink(missing_ok=True)
@@ -425,7 +437,10 @@ class FinishInPlace:
         row_units = query_rows.column(UNIT).to_numpy() if rows else np.zeros(0, dtype=np.int32)
         read_units = records.column(UNIT).to_numpy() if records.num_rows else np.zeros(0, dtype=np.int32)
         for ordinal in self.tasks[task_id]:
-            mine = records.filter(pa.array(read_units == ordinal)) if records.num_rows else records
+            if len(self.tasks[task_id]) == 1 or not records.num_rows:
+                mine = records
+            else:
+                mine = records.filter(pa.array(read_units == ordinal))
             its_rows = query_rows.filter(pa.array(row_units == ordinal)) if rows else query_rows
             yield from finish_unit(self.wave, ordinal, mine, its_rows).to_batches()
 
