@@ -17,11 +17,12 @@ unit (its files and counts), as a Python translate's wave does (:mod:`rewind.spa
    are the Python translate's own code. Where this happens:
 
    * in place (a Kafka wave whose query works row by row, :func:`runs_in_place`: filters and
-     projections, the usual translate): one stage; each task reads its units, spools the
-     records on its host (:class:`~rewind.spark.sql_wave_tasks.FetchDecode`), the query runs
-     over the decoded rows in the same task, and :class:`FinishInPlace` finishes the units
-     from the spool. No shuffle, no second read from Kafka (at 2M records this took the job
-     from 38.2 to 28.8 s against the Python translate's 21.3 s);
+     projections, the usual translate): one stage; each task reads its units (a partition's
+     units as one range), spools the records with their decoding's fate on its host
+     (:class:`~rewind.spark.sql_wave_tasks.FetchDecode`), the query runs over the decoded
+     rows in the same task, and :class:`FinishInPlace` finishes the units from the spool. No
+     shuffle, no second read from Kafka, no second decode (``bench/sql_translate.py`` at 10M
+     records: 0.44 of the Python translate's rate by unit, 0.78-0.82 in place);
    * by unit (a query with a shuffle: a window, an aggregate, a join, a limit; a wave with
      archive units; Spark Connect, which shows no plan to check): one task per unit gets the
      query's rows for the unit (a cogroup on the unit, :class:`FinishUnits`) and reads the
