@@ -281,7 +281,8 @@ class FetchDecode:
 def spool_dir(token: str) -> Path:
     """Where a wave's tasks keep the records they read until the same task finishes their units:
     the executor's local directory (Spark names it to its Python workers and deletes it when the
-    executor stops), else the temp dir. The finishing task deletes its task's files."""
+    executor stops: what a failed attempt leaves goes with it), else the temp dir. The finishing
+    task deletes its own file."""
     local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]
     return Path(local or tempfile.gettempdir()) / "rewind-sql-spool" / token
 
@@ -430,9 +431,8 @@ class FinishInPlace:
             records = (
                 pa.ipc.open_file(pa.memory_map(str(path))).read_all() if path.stat().st_size else pa.table({})
             )
-        finally:
-            for stale in path.parent.glob(f"task-{task_id}-attempt-*.arrow"):
-                stale.unlink(missing_ok=True)
+        finally:  # only its own attempt's: a speculative twin may be reading another
+            path.unlink(missing_ok=True)
         query_rows = pa.Table.from_batches(rows) if rows else pa.table({ROW: pa.array([], pa.int64())})
         row_units = query_rows.column(UNIT).to_numpy() if rows else np.zeros(0, dtype=np.int32)
         read_units = records.column(UNIT).to_numpy() if records.num_rows else np.zeros(0, dtype=np.int32)
