@@ -33,6 +33,7 @@ from tests.kafka_util import create_topic, produce
 BASE_MS = 1_760_000_000_000
 N = 800
 
+
 def _spec(src: str, target: str) -> dict[str, Any]:
     return {
         "name": f"tasks-{target}",
@@ -158,3 +159,54 @@ def test_a_task_loader_produces_its_unit_once_and_pays_the_drivers_budget(
     assert not loaded and again["rows_out"] == 250 and again["quarantine_files"] == ["q.parquet"]
     records = rf.read_topic(conf, staging.topic)
     assert [(r.partition, int(r.key)) for r in records] == [(1, 1_000_000 + o) for o in range(250)]
+
+
+def test_a_sql_translate_into_the_kafka_sink_keeps_each_partitions_order(
+    tmp_path: Path, broker: TestBroker, spark: Any
+) -> None:
+    """A row-by-row query runs in the task that read its records; with the Kafka sink that task
+    holds a whole source partition's units and produces them in offset order."""
+    broker.require(READ_COMMITTED)
+    from rewind.job.service import run_job
+    from rewind.sinks.kafka.bookkeeping import BOOKKEEPING_TOPIC, read_run_log
+    from rewind.spec import parse_spec
+
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(tmp_path / "state")},
+        cwd=tmp_path,
+    )
+    conf = settings.kafka_config()
+    src = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, src, 2)
+    n = 400
+    produce(
+        conf,
+        src,
+        [
+            (
+                i % 2,
+                str(i).encode(),
+                json.dumps({"order_id": i, "status": "paid", "amount": i - 100.0}).encode(),
+                BASE_MS + i,
+            )
+            for i in range(n)
+        ],
+    )
+    spec = _spec(src, f"{src}-sql")
+    spec["translate"] = {
+        "sql": "SELECT _rewind_row, order_id, status, amount FROM events WHERE amount > 0",
+        "version": "1",
+        "output_schema": spec["translate"]["output_schema"],
+    }
+    outcome = run_job(settings, parse_spec(spec), units_per_wave=4)
+    assert outcome.state == "succeeded"
+    records = [
+        r for r in rf.read_topic(conf, f"{src}-sql") if r.headers.get("rewind.run-id") == outcome.run_id
+    ]
+    for p in (0, 1):
+        assert [int(r.key) for r in records if r.partition == p] == [i for i in range(101, n) if i % 2 == p]
+    assert (outcome.counts.records_read, outcome.counts.emitted, outcome.counts.filtered) == (n, n - 101, 101)
+    markers = read_run_log(conf, BOOKKEEPING_TOPIC, outcome.run_id).commits
+    assert markers and all(
+        len(m["units"]) == 1 and "quarantine_files" in m["extra"] for m in markers
+    )  # by tasks
