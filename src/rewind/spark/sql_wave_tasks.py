@@ -21,7 +21,6 @@ from rewind.spark.job_stage import StageContext, UnitFiles, result_arrow_schema,
 from rewind.spark.progress_channel import PROGRESS_OPTION
 from rewind.spark.sql_translate import SqlTranslateError
 from rewind.spec import JobSpec
-from rewind.translate.decoder import Decoded, Decoder
 from rewind.translate.factory import lineage_options, make_decoder, transform_name
 
 if TYPE_CHECKING:
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from rewind.core.units import WorkUnit
+    from rewind.translate.decoder import Decoded, Decoder
 
 UNIT = "_rewind_unit"
 """The column of the records and of the query's rows that names the unit (its ordinal)."""
@@ -181,6 +181,7 @@ def finish_unit(wave: WaveQuery, ordinal: int, records: pa.Table, rows: pa.Table
     import pyarrow as pa
 
     # lazy: avoids numpy, pandas, pyarrow at import
+    from rewind.spark.sql_fates import FATE, FATE_COLUMNS, Replayed
     from rewind.translate.process import ProcessContext, process_batch
 
     ctx = wave.ctx
@@ -216,7 +217,7 @@ def finish_unit(wave: WaveQuery, ordinal: int, records: pa.Table, rows: pa.Table
         decoder: Decoder
         if FATE in batch.column_names:  # spooled in place: the fates of the wave's decoding
             decoder = Replayed(batch)
-            batch = batch.drop_columns([FATE, FAIL_STAGE, FAIL_REASON, FAIL_KIND])
+            batch = batch.drop_columns(list(FATE_COLUMNS))
         else:
             decoder = make_decoder(spec.decode)
         decoded = len(decoder.decode(batch).events) if failed else -1
@@ -245,7 +246,9 @@ class FetchDecode:
     records themselves never cross into the JVM (:class:`TagUnits` + :class:`DecodeEvents`).
 
     With ``spool`` (a wave's token), each task also writes the records it read to a file on its
-    own host (:func:`spool_file`), for :class:`FinishInPlace` further down the same task."""
+    own host (:func:`spool_file`), with what decoding made of each
+    (:func:`rewind.spark.sql_fates.with_fates`), for :class:`FinishInPlace` further down the
+    same task."""
 
     def __init__(
         self,
@@ -298,7 +301,8 @@ def spool_file(token: str, task_id: int) -> Path:
 
 
 class SpoolWriter:
-    """A task's tagged records streamed to an Arrow file, each with its decoding's fate; the
+    """A task's tagged records streamed to an Arrow file, each with its decoding's fate
+    (:mod:`rewind.spark.sql_fates`); the
     file exists once the block ends, empty when no record passed (so a missing file means
     another task read the records)."""
 
@@ -315,6 +319,9 @@ class SpoolWriter:
         # lazy: avoids pyarrow at import
         import pyarrow as pa
 
+        # lazy: avoids pandas (the decoder's module) at import
+        from rewind.spark.sql_fates import with_fates
+
         if not batch.num_rows:
             return
         batch = with_fates(batch, decoded)
@@ -327,78 +334,6 @@ class SpoolWriter:
             self._writer.close()
         else:
             self.path.touch()
-
-
-FATE, FAIL_STAGE, FAIL_REASON, FAIL_KIND = (
-    "_rewind_fate",
-    "_rewind_fail_stage",
-    "_rewind_fail_reason",
-    "_rewind_fail_kind",
-)
-EVENT, FAILED, SKIPPED, NEITHER = 0, 1, 2, 3
-"""A spooled record's fate in the wave's decoding: decoded into an event, quarantined (with its
-stage, reason and kind), skipped on purpose, or none of these."""
-
-
-def with_fates(batch: pa.RecordBatch, decoded: Decoded) -> pa.RecordBatch:
-    """``batch`` with :data:`FATE` and the failure columns of each of its records."""
-    # lazy: avoids numpy, pyarrow at import
-    import numpy as np
-    import pyarrow as pa
-
-    n = batch.num_rows
-    fate = np.full(n, NEITHER, dtype=np.int8)
-    fate[decoded.events[ROW].to_numpy(dtype=np.int64)] = EVENT
-    fate[np.asarray(decoded.skipped, dtype=np.int64)] = SKIPPED
-    texts: dict[str, pa.Array] = {k: pa.nulls(n, pa.string()) for k in (FAIL_STAGE, FAIL_REASON, FAIL_KIND)}
-    if decoded.failures:  # rare: built record by record
-        stage: list[str | None] = [None] * n
-        reason: list[str | None] = [None] * n
-        kind: list[str | None] = [None] * n
-        for f in decoded.failures:
-            fate[f.row] = FAILED
-            stage[f.row], reason[f.row], kind[f.row] = f.stage, f.reason, f.kind
-        texts = {k: pa.array(v, pa.string()) for k, v in zip(texts, (stage, reason, kind), strict=True)}
-    columns = {FATE: pa.array(fate, pa.int8()), **texts}
-    for name, column in columns.items():
-        batch = batch.append_column(name, column)
-    return batch
-
-
-class Replayed(Decoder):
-    """A decoder that decodes nothing: it answers with the fates the wave's first decoding of the
-    same records spooled (:func:`with_fates`), so a unit finished in place is decoded once. Its
-    events are their positions only (``_rewind_row``): the query's rows are the translate's output."""
-
-    def __init__(self, batch: pa.Table) -> None:
-        """``batch``: the records about to be processed, in order, with the fate columns."""
-        # lazy: avoids numpy at import
-        import numpy as np
-
-        self.fate = batch[FATE].to_numpy()
-        self.failed = np.flatnonzero(self.fate == FAILED)
-        self.texts = [batch[k].take(self.failed).to_pylist() for k in (FAIL_STAGE, FAIL_REASON, FAIL_KIND)]
-
-    def decode(self, batch: pa.RecordBatch) -> Decoded:
-        # lazy: avoids numpy, pandas at import
-        import numpy as np
-        import pandas as pd
-
-        # lazy: avoids pyarrow at import
-        from rewind.translate.failures import Failure
-
-        if batch.num_rows != len(self.fate):
-            raise SqlTranslateError("a unit's records changed between its decoding and its finishing")
-        rows = np.flatnonzero(self.fate == EVENT)
-        events = pd.DataFrame({ROW: rows}, index=pd.Index(rows, name=ROW_INDEX))
-        failures = [
-            Failure(int(i), stage, reason, kind or "")
-            for i, stage, reason, kind in zip(self.failed, *self.texts, strict=True)
-        ]
-        return Decoded(events, failures, np.flatnonzero(self.fate == SKIPPED).tolist())
-
-    def field_dtypes(self) -> dict[str, Any]:
-        return {}
 
 
 class FinishInPlace:
