@@ -306,7 +306,8 @@ def gate_run(settings: Settings, spec: JobSpec, accept_risk: str | None) -> Gate
     The scorecard goes into the ledger's audit before the run starts; ``accepted_risk`` (the
     plan, the reason, the red areas) is what :func:`rewind.job.service.run_job` records in the
     run's own audit (with the user), so ``rewind show RUN`` and the run's report show it. A plan
-    refused by a gate is not scored: the run refuses it itself, with the plan's own message.
+    refused by one of its own gates passes here untouched: the run refuses it itself, with the
+    plan's own message.
     """
     # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
