@@ -114,7 +114,9 @@ def test_hard_cutover_swaps_in_a_v2_equal_to_a_clean_recomputation(
 
         tail = start_tail(env, spec_path, tmp_path)  # the same shadow continued by the CLI
         try:
-            wait_for("caught up", lambda: shadow_status(settings, NAME)["caught_up"])
+            # a cold CLI process: its JVM and streaming query start before the first batch, which
+            # took over 120 s once when the suite's four heaviest files start together
+            wait_for("caught up", lambda: shadow_status(settings, NAME)["caught_up"], timeout=300)
         except AssertionError:
             tail.kill()
             out, err = tail.communicate(30)
