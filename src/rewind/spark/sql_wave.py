@@ -301,16 +301,9 @@ records (besides ``WholeStageCodegen``): one read of the view, then row-by-row w
 def runs_in_place(df: DataFrame) -> bool:
     """Whether ``df``'s physical plan keeps every row in the partition of the view it comes from:
     one view, only :data:`IN_PLACE_NODES`. A Spark Connect DataFrame shows no plan: no."""
-    jdf = getattr(df, "_jdf", None)
-    if jdf is None:
+    if getattr(df, "_jdf", None) is None:
         return False
-    names: list[str] = []
-    nodes = [jdf.queryExecution().executedPlan()]
-    while nodes:
-        node = nodes.pop()
-        names.append(str(node.nodeName()))
-        children = node.children()
-        nodes += [children.apply(i) for i in range(children.size())]
+    names = [str(node.nodeName()) for node in _plan_nodes(df)]
     return (
         names.count("Range") == 1
         and names.count("MapInArrow") == 1
@@ -322,18 +315,27 @@ def columns_read(df: DataFrame, among: set[str]) -> set[str]:
     """The columns of ``among`` (the view's) that the operators of ``df``'s physical plan read,
     the view's own function and its input aside (a plan of :func:`runs_in_place`), or that it
     outputs (a column passed through untouched is read by no operator)."""
-    root = df._jdf.queryExecution().executedPlan()
-    output = root.output()
-    names = {str(output.apply(i).name()) for i in range(output.size())}
-    nodes = [root]
-    while nodes:
-        node = nodes.pop()
+    nodes = _plan_nodes(df)
+    names = {str(a.name()) for a in _seq(nodes[0].output())}
+    for node in nodes:
         if str(node.nodeName()) not in ("MapInArrow", "Range"):
-            read = node.references().toSeq()
-            names |= {str(read.apply(i).name()) for i in range(read.size())}
-        children = node.children()
-        nodes += [children.apply(i) for i in range(children.size())]
+            names |= {str(a.name()) for a in _seq(node.references().toSeq())}
     return names & among
+
+
+def _plan_nodes(df: DataFrame) -> list[Any]:
+    """The nodes of ``df``'s physical plan (JVM objects), the root first."""
+    nodes, todo = [], [df._jdf.queryExecution().executedPlan()]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        todo += _seq(node.children())
+    return nodes
+
+
+def _seq(seq: Any) -> list[Any]:
+    """A Scala ``Seq`` seen through py4j, as a list."""
+    return [seq.apply(i) for i in range(seq.size())]
 
 
 def unit_tasks(units: tuple[WorkUnit, ...], whole_partitions: bool, per_task: int) -> list[list[int]]:
