@@ -50,6 +50,18 @@ def _spec(src: str, target: str) -> dict[str, Any]:
     }
 
 
+def _source(tmp_path: Path, broker: TestBroker) -> tuple[Any, dict[str, Any], str]:
+    """Settings on ``broker`` with a state dir under ``tmp_path``, and a new 2-partition topic."""
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(tmp_path / "state")},
+        cwd=tmp_path,
+    )
+    conf = settings.kafka_config()
+    src = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, src, 2)
+    return settings, conf, src
+
+
 def test_task_produced_units_survive_a_killed_task_and_a_killed_driver(
     tmp_path: Path, broker: TestBroker, spark: Any
 ) -> None:
@@ -62,13 +74,7 @@ def test_task_produced_units_survive_a_killed_task_and_a_killed_driver(
     from rewind.translate.factory import transform_name
     from rewind.translate.lineage import event_id
 
-    settings = load_settings(
-        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(tmp_path / "state")},
-        cwd=tmp_path,
-    )
-    conf = settings.kafka_config()
-    src = f"orders-{uuid.uuid4().hex[:8]}"
-    create_topic(conf, src, 2)
+    settings, conf, src = _source(tmp_path, broker)
     events = []
     for i in range(N):
         status = "test" if i % 10 == 0 else "paid"
@@ -171,13 +177,7 @@ def test_a_sql_translate_into_the_kafka_sink_keeps_each_partitions_order(
     from rewind.sinks.kafka.bookkeeping import BOOKKEEPING_TOPIC, read_run_log
     from rewind.spec import parse_spec
 
-    settings = load_settings(
-        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(tmp_path / "state")},
-        cwd=tmp_path,
-    )
-    conf = settings.kafka_config()
-    src = f"orders-{uuid.uuid4().hex[:8]}"
-    create_topic(conf, src, 2)
+    settings, conf, src = _source(tmp_path, broker)
     n = 400
     produce(
         conf,
