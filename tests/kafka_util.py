@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -56,3 +59,30 @@ def committed(conf: dict[str, Any], group: str, tps: list[tuple[str, int]]) -> d
         return {(tp.topic, tp.partition): tp.offset for tp in got}
     finally:
         consumer.close()
+
+
+@contextlib.contextmanager
+def writing(conf: dict[str, Any], topic: str, rate: float, partitions: int = 2) -> Iterator[list[int]]:
+    """A producer writing ``rate`` records per second (round-robin over ``partitions``) in a
+    background thread while the block runs; yields the count of records produced so far."""
+    producer = Producer({**conf, "linger.ms": 5})
+    stop, sent = threading.Event(), [0]
+
+    def run() -> None:
+        began = time.monotonic()
+        while not stop.is_set():
+            value = f'{{"order_id": {sent[0]}, "status": "paid", "amount": 1.0}}'.encode()
+            producer.produce(topic, value=value, key=b"k", partition=sent[0] % partitions)
+            sent[0] += 1
+            producer.poll(0)
+            stop.wait(max(0.0, began + sent[0] / rate - time.monotonic()))
+        assert producer.flush(10) == 0
+
+    thread = threading.Thread(target=run, name="known-rate-writer", daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.3)  # writing before the first look
+        yield sent
+    finally:
+        stop.set()
+        thread.join(timeout=15)

@@ -167,6 +167,8 @@ ENV_CASES = [
     ("REWIND_METRICS_PORT", "9464", lambda s: s.metrics.port, 9464),
     ("REWIND_MERGE_SPARK_ROWS", "1000", lambda s: s.merge.spark_rows, 1000),
     ("REWIND_REDRIVE_SPARK_RECORDS", "2000", lambda s: s.redrive.spark_records, 2000),
+    ("REWIND_LIVE_INTERVAL_S", "5", lambda s: s.live.interval_s, 5.0),
+    ("REWIND_LIVE_MIN_MULTIPLE", "20", lambda s: s.live.min_multiple, 20.0),
     ("REWIND_SPOOL_DIR", "s3://env-bucket/spool", lambda s: s.spool_root(), "s3://env-bucket/spool"),
     (
         "REWIND_SPEC__SINK__POSTGRES__URL",

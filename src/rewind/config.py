@@ -40,6 +40,9 @@ File shape (every key optional)::
       gb_egress: 0.09 USD              # per GB (10^9 bytes) read from a remote broker
       gb_object_read: 0.0004 USD       # per GB read from the archive's object store
       cores: null                      # cores of the cluster; default: local[N], else this host's
+    live:                              # the run's speed against the topic's live writes
+      interval_s: 1                    # the plan watches the log ends grow this long (0: not at all)
+      min_multiple: 10                 # readiness' cost area is yellow below this x real-time
     spec_secrets:                      # values of masked spec fields, for resume (see below)
       sink.postgres.url: postgresql://svc:s3cr3t@db:5432/app
 
@@ -63,6 +66,8 @@ Environment variables (each overrides the file):
 ``REWIND_METRICS_ADDRESS`` / ``_PORT``      ``metrics.address`` / ``metrics.port``
 ``REWIND_MERGE_SPARK_ROWS``                 ``merge.spark_rows``
 ``REWIND_REDRIVE_SPARK_RECORDS``            ``redrive.spark_records``
+``REWIND_LIVE_INTERVAL_S``                  ``live.interval_s``
+``REWIND_LIVE_MIN_MULTIPLE``                ``live.min_multiple``
 ``REWIND_SPEC__<FIELD>``                    ``spec_secrets``: a spec field's whole value;
                                             ``__`` → ``.`` (``REWIND_SPEC__SINK__POSTGRES__URL``
                                             → ``sink.postgres.url``)
@@ -188,6 +193,19 @@ class CostSettings(_Model):
         return prices
 
 
+class LiveSettings(_Model):
+    """How a replay's speed is judged against the live stream (:mod:`rewind.core.live_speed`)."""
+
+    interval_s: Annotated[float, Field(ge=0, le=600, allow_inf_nan=False)] = 1.0
+    """Seconds over which the plan measures the topic's live produce rate (two looks at the log
+    ends, taken around the plan's own work, which takes about a second itself: only what is left
+    is waited); a run looks again this often. Longer for a producer that writes in bursts; 0
+    measures nothing."""
+    min_multiple: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 10.0
+    """The run's expected speed as a multiple of the live rate below which readiness' cost area is
+    yellow ("sustain >= 10x real-time throughput")."""
+
+
 _OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "oss", "hdfs")
 """Warehouse schemes every executor reaches by URI (a ``file:`` warehouse may be one host's)."""
 
@@ -211,6 +229,7 @@ class Settings(_Model):
     redrive: RedriveSettings = Field(default_factory=RedriveSettings)
     streams: StreamSettings = Field(default_factory=StreamSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
+    live: LiveSettings = Field(default_factory=LiveSettings)
     spec_secrets: dict[str, str] = Field(default_factory=dict)
     """Values of masked spec fields by dotted field name (``sink.postgres.url``): see above."""
 
@@ -357,6 +376,8 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         "REWIND_METRICS_PORT": ("metrics", "port"),
         "REWIND_MERGE_SPARK_ROWS": ("merge", "spark_rows"),
         "REWIND_REDRIVE_SPARK_RECORDS": ("redrive", "spark_records"),
+        "REWIND_LIVE_INTERVAL_S": ("live", "interval_s"),
+        "REWIND_LIVE_MIN_MULTIPLE": ("live", "min_multiple"),
     }
     for var, where in simple.items():
         if var in env:

@@ -202,7 +202,8 @@ def describe(est: dict[str, Any]) -> list[str]:
         f"{human_seconds(est['spark_startup_seconds'])}"
         + (f" + waves {human_seconds(waves)}" if (waves := est.get("wave_overhead_seconds")) else "")
         + f" + processing {human_seconds(est['compute_seconds'])}"
-        f" + commits {human_seconds(est['commit_seconds'])}",
+        f" + commits {human_seconds(est['commit_seconds'])}"
+        + (f"; {live['summary']}" if (live := est.get("live")) and live.get("summary") else ""),
     ]
     money = est.get("money")
     if money:

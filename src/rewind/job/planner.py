@@ -12,7 +12,10 @@ Nothing is written anywhere but the ledger's plan table. Steps, in order:
    frame, else the sample's output) and add the lineage columns;
 4. check the gates: sink reachable and compatible, translate importable, output schema
    known, key columns present, no data below the log start, ``guards.max_records`` and
-   ``guards.max_bytes`` (on the size estimated from the sample).
+   ``guards.max_bytes`` (on the size estimated from the sample);
+5. measure the topics' live produce rate, from the log ends' growth between a look before
+   step 2 and one after step 4 (:mod:`rewind.job.realtime`), and set the run's expected speed
+   beside it ("x real-time") and when retention takes the window's oldest records.
 
 The plan id is a digest of the spec's fingerprint and the units, so planning the same spec
 against the same log gives the same id; the measured estimates are kept but not hashed.
@@ -37,6 +40,7 @@ from rewind.job.components import make_sink
 from rewind.job.cost import cost_estimate, rehearsed_rates
 from rewind.job.merge import CUT_LINE_KEY, resolve_cut_line
 from rewind.job.plan import Gate, JobPlan, plan_id_of
+from rewind.job.realtime import live_estimate, start_probe
 from rewind.job.snapshot import SNAPSHOT_KEY, resolve_snapshot, snapshot_offsets
 from rewind.kafka.resolve import resolve
 from rewind.spark.kafka_fetch import BATCH_MESSAGES, fetch_ranges
@@ -110,6 +114,7 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
         read_plan_data = read_plan.to_dict()
         if snapshot is not None:
             read_plan_data[SNAPSHOT_KEY] = snapshot
+    probe = start_probe(settings, spec, read_plan_data)  # the first look, before the plan's own work
     offsets = sum(u.end - u.start for u in units)
     if table_plan is not None:
         pass  # a table plan checks guards.max_records itself, before it fetches any key
@@ -162,6 +167,9 @@ def build_plan(settings: Settings, spec: JobSpec) -> JobPlan:
 
     estimates = _estimates(spec, offsets, sample_gate_facts)
     estimates["cost"] = _cost(settings, spec, units, sample_gate_facts)
+    live = live_estimate(settings, spec, probe, units, estimates["cost"], estimates.get("avg_record_bytes"))
+    if live is not None:
+        estimates["cost"]["live"] = live
     if spec.guards.max_bytes is not None:
         gates.append(_bytes_gate(spec.guards.max_bytes, estimates.get("estimated_bytes")))
     fingerprint = spec.fingerprint()

@@ -11,6 +11,10 @@ rollback, observability, compatibility, governance/secrets. Each is
   latest rehearsal of this fingerprint failed at its step, or nothing bounds nor estimates what
   the run will read.
 
+The cost area also judges the run's speed against the live stream (the plan's ``live``
+estimate, :mod:`rewind.job.realtime`): yellow below ``live.min_multiple`` x real-time (default
+10x), red when the run cannot finish before the window's oldest records leave the log.
+
 Red is deliberately narrow: an ordinary spec whose plan passes is yellow everywhere until it is
 rehearsed, so ``rewind run`` (which refuses a red scorecard without ``--accept-risk``) keeps
 running the specs it ran before; what it stops is a replay whose last rehearsal failed or whose
@@ -19,10 +23,12 @@ size nobody knows.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.live_speed import judge
 from rewind.errors import RewindError
+from rewind.job.realtime import planned_live, seconds_left
 from rewind.job.spec_secrets import field_name, masked_fields, spec_data
 from rewind.secrets import mask, mask_url
 
@@ -108,7 +114,7 @@ def scorecard(
     return [
         _offsets(gates, ev, failed_step, rh),
         _storage(gates, ev, failed_step, rh),
-        _cost(spec, plan, ev, rh),
+        _with_live_speed(_cost(spec, plan, ev, rh), plan, settings.live.min_multiple),
         _rollback(ev, failed_step, rh),
         _observability(settings, groups, ev),
         _compatibility(gates, ev, rh),
@@ -193,6 +199,30 @@ def _cost(spec: JobSpec, plan: JobPlan, ev: Evidence, rh: str) -> Score:
             "cost-boundary", "yellow", "estimated by the plan; no guard (guards.max_records/max_bytes)"
         )
     return Score("cost-boundary", "red", "no guard and no estimate: nothing says how much the run reads")
+
+
+def _with_live_speed(score: Score, plan: JobPlan, min_multiple: float) -> Score:
+    """The cost area judged against the live stream as well (:func:`rewind.core.live_speed.judge`):
+    red when the run cannot finish before the window's oldest records leave the log, at least
+    yellow when its expected speed is below ``live.min_multiple`` x real-time; the plan's
+    measurement is said either way."""
+    live = planned_live(plan)
+    if not live:
+        return score
+    if live.get("error"):
+        return replace(score, detail=f"{score.detail}; {live['summary']}")
+    verdict = judge(
+        live.get("expected_records_per_second"),
+        live.get("records_per_second"),
+        live.get("eta_seconds"),
+        seconds_left(live),
+        min_multiple,
+    )
+    rank = {"green": 0, "ok": 0, "yellow": 1, "red": 2}
+    status = score.status if rank[score.status] >= rank[verdict.status] else verdict.status
+    if verdict.status == "red":
+        return Score(score.area, "red", f"{verdict.detail}; {score.detail}", score.evidence)
+    return Score(score.area, status, f"{score.detail}; {verdict.detail}", score.evidence)
 
 
 def _rollback(ev: Evidence, failed: str | None, rh: str) -> Score:
