@@ -5,6 +5,9 @@ REWIND_TEST_BOOTSTRAP), real Spark in a child process.
 The run's single wave is held to about 15 s by `guards.max_records_per_second`, so its lines
 and metrics during the wave can be told apart from what the wave's commit brings: before the
 commit no unit is done and fewer records than the total are read.
+
+A producer writes to the topic at a known rate (after the window's end) from before the plan to
+the run's end: the plan, the lines and the metrics show the run's speed as a multiple of it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import pytest
 from rewind.config import load_settings
 from tests import job_fixtures as jf
 from tests.conftest import free_port
-from tests.kafka_util import create_topic
+from tests.kafka_util import create_topic, writing
 
 RECORDS = 6000
 RATE = 400  # records per second: the wave reads for about 15 s
@@ -32,8 +35,10 @@ ADDRESS = "127.0.0.2"  # a loopback address other than the default one
 
 LINE = re.compile(
     r"(?P<run>r-\S+): (?P<done>\d+)/(?P<total>\d+) units, (?P<read>[\d,]+) records read, "
-    r"(?P<rate>\S+) rec/s, [\d,]+ quarantined, eta (?P<eta>\S+)"
+    r"(?P<rate>\S+) rec/s, [\d,]+ quarantined, eta (?P<eta>\S+?)"
+    r"(?:, (?P<multiple>[\d.,]+)x real-time \(live (?P<live>[\d.,]+) rec/s\))?"
 )
+LIVE_RATE = 40  # records per second written live while the run reads at RATE: 10x real-time
 
 
 def scrape(port: int) -> str:
@@ -68,9 +73,13 @@ def test_a_run_shows_its_id_then_live_progress_and_metrics_during_its_wave(
         jf.order_spec(
             "orders-live", topic, "live.orders", unit_records=UNIT_RECORDS,
             guards={"max_records_per_second": RATE},
+            # the window ends where the produced orders do: the live writer appends after it
+            source={"kafka": {"topics": [topic], "to": {topic: {"0": RECORDS // 2, "1": RECORDS // 2}}}},
         ),
     )
     port = free_port()
+    writer = writing(settings.kafka_config(), topic, LIVE_RATE)
+    writer.__enter__()
     proc = subprocess.Popen(
         [jf.REWIND_BIN, "run", str(spec), "--metrics-port", str(port), "--metrics-address", ADDRESS],
         cwd=tmp_path, env=jf.child_env(settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -97,6 +106,7 @@ def test_a_run_shows_its_id_then_live_progress_and_metrics_during_its_wave(
                 except OSError:
                     refused_on_default = True
         time.sleep(0.25)
+    writer.__exit__(None, None, None)
     stdout = proc.stdout.read() if proc.stdout else ""
     reader.join(timeout=10)
     assert proc.returncode == 0, "\n".join(text for _t, text in lines[-30:])
@@ -137,3 +147,20 @@ def test_a_run_shows_its_id_then_live_progress_and_metrics_during_its_wave(
         assert g["rewind_offsets_to_planned_end"] == RECORDS - g["rewind_records_read"]
     assert live[-1]["rewind_records_read"] > live[0]["rewind_records_read"]
     assert 0 < live[-1]["rewind_records_per_second"] <= RATE * 1.5, live[-1]
+
+    # the speed against the live stream: the live rate is the writer's, the multiple the run's
+    # rate over it (the RateMeter's 20 s window and Spark's start make the early ones lower)
+    speeds = [(m, m["multiple"]) for _t, m in progress if m and m["multiple"]]
+    assert len(speeds) >= 2, texts
+    for m, _multiple in speeds:
+        assert LIVE_RATE * 0.6 <= float(m["live"].replace(",", "")) <= LIVE_RATE * 1.4, m.string
+        assert float(m["multiple"].replace(",", "")) == pytest.approx(
+            float(m["rate"].replace(",", "")) / float(m["live"].replace(",", "")), rel=0.1
+        ), m.string
+    assert 5 <= float(speeds[-1][1].replace(",", "")) <= 15, speeds[-1][0].string
+    measured = [g for g in live if "rewind_realtime_multiple" in g]
+    assert measured, live
+    assert LIVE_RATE * 0.6 <= measured[-1]["rewind_live_records_per_second"] <= LIVE_RATE * 1.4, measured[-1]
+    assert measured[-1]["rewind_realtime_multiple"] == pytest.approx(
+        measured[-1]["rewind_records_per_second"] / measured[-1]["rewind_live_records_per_second"]
+    )

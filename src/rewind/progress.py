@@ -2,7 +2,8 @@
 
 A run prints its id on stderr as soon as it is recorded (before Spark starts); its progress
 is then a Rich bar on a terminal, otherwise a line at least every 5 s while a wave runs
-(records read so far, rate, ETA), and Prometheus metrics when a port is given, served from
+(records read so far, rate, ETA, and the rate as a multiple of the topics' live produce rate:
+"12.3x real-time", or "no live writes"), and Prometheus metrics when a port is given, served from
 the moment the console enters. Archive commits are one line each. With ``--json`` nothing is
 shown here (the command prints one JSON object at the end), metrics still are.
 """
@@ -20,6 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from rewind.core.console import RunProgress
+from rewind.core.live_speed import describe_speed, multiple
 from rewind.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,7 @@ class CliConsole:
                 TextColumn("q {task.fields[quarantined]}"),
                 TimeElapsedColumn(),
                 TextColumn("eta {task.fields[eta]}"),
+                TextColumn("{task.fields[realtime]}"),
                 console=Console(file=self.stream),
                 transient=False,
             )
@@ -133,7 +136,8 @@ class CliConsole:
             if self._rich is not None:
                 if self._task is None:
                     self._task = self._rich.add_task(
-                        p.run_id, total=p.units_total, records=0, rate="?", quarantined=0, eta="?"
+                        p.run_id, total=p.units_total, records=0, rate="?", quarantined=0, eta="?",
+                        realtime="",
                     )
                 self._rich.update(
                     self._task,
@@ -142,6 +146,7 @@ class CliConsole:
                     rate=rate,
                     quarantined=f"{p.counts.quarantined:,}",
                     eta=eta,
+                    realtime="" if p.live_rate is None else describe_speed(p.rate, p.live_rate),
                 )
                 return
             now = time.monotonic()
@@ -152,6 +157,7 @@ class CliConsole:
         self._say(
             f"{p.run_id}: {p.units_done}/{p.units_total} units, {p.counts.records_read:,} records read, "
             f"{rate} rec/s, {p.counts.quarantined:,} quarantined, eta {eta}"
+            + ("" if p.live_rate is None else f", {describe_speed(p.rate, p.live_rate)}")
         )
 
     def _say(self, line: str) -> None:
@@ -169,14 +175,17 @@ _GAUGES = (
     ("rewind_offsets_to_planned_end", "Offsets left to the planned end"),
     ("rewind_records_per_second", "Read throughput"),
     ("rewind_units_done", "Work units done"),
+    ("rewind_live_records_per_second", "Records per second written to the topics read (log ends' growth)"),
+    ("rewind_realtime_multiple", "Read throughput as a multiple of the live produce rate (x real-time)"),
 )
 
 
-def _gauge_values(p: RunProgress) -> tuple[float, ...]:
-    """:data:`_GAUGES`' values, in their order."""
+def _gauge_values(p: RunProgress) -> tuple[float | None, ...]:
+    """:data:`_GAUGES`' values, in their order; None: no series (a live rate not measured, or no
+    live writes: no multiple rather than a division by zero)."""
     c = p.counts
     return (c.records_read, c.rows_out, c.quarantined, c.filtered, p.offsets_left, p.rate or 0.0,
-            p.units_done)
+            p.units_done, p.live_rate, multiple(p.rate, p.live_rate))
 
 
 class _Metrics:
@@ -192,7 +201,7 @@ class _Metrics:
         # lazy: avoids prometheus_client at import
         from prometheus_client import CollectorRegistry, start_http_server
 
-        self._snapshots: dict[str, tuple[float, ...]] = {}
+        self._snapshots: dict[str, tuple[float | None, ...]] = {}
         self.registry = CollectorRegistry()
         self.registry.register(self)  # a collector is anything with collect()
         try:
@@ -216,7 +225,9 @@ class _Metrics:
         for i, (name, doc) in enumerate(_GAUGES):
             family = GaugeMetricFamily(name, doc, labels=["run_id"])
             for run, values in snapshots.items():
-                family.add_metric([run], values[i])
+                value = values[i]
+                if value is not None:
+                    family.add_metric([run], value)
             yield family
 
     def close(self) -> None:

@@ -38,6 +38,9 @@ class RunProgress:
     in_flight: int = 0
     rate: float | None = None
     eta_s: float | None = None
+    live_rate: float | None = None
+    """Records per second written to the topics read now (the log ends' growth; 0: no live
+    writes, ``None``: not measured): the run's ``rate`` is judged as a multiple of it."""
 
 
 class Console(Protocol):

@@ -6,6 +6,10 @@ While a wave's Spark job runs, the runner's thread waits in Spark, so a daemon t
 the progress channel (:mod:`rewind.spark.progress_channel`) every second how many records
 the wave's tasks have read and tells the console (:meth:`Console.wave_progress`).
 
+Beside the run's rate, the live produce rate of the topics it reads: the plan's measure, then
+the log ends' growth while the run reads (:class:`rewind.kafka.live_rate.LogEndMeter`), so the
+console shows the run's speed as a multiple of it ("x real-time").
+
 Nothing here is needed for correctness: what a wave commits comes from its tasks' results,
 never from these numbers, and a failure here is logged once and ignored.
 """
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from rewind.core.console import Console, RunProgress
 from rewind.core.units import WorkUnit
+from rewind.kafka.live_rate import LogEndMeter
 from rewind.spark.progress_channel import open_listener
 
 if TYPE_CHECKING:
@@ -71,11 +76,22 @@ class RateMeter:
 class LiveProgress:
     """Turns the runner's committed progress and the wave's in-flight counts into console calls."""
 
-    def __init__(self, console: Console, started: float, tick_s: float = TICK_S) -> None:
+    def __init__(
+        self,
+        console: Console,
+        started: float,
+        tick_s: float = TICK_S,
+        live_rate: float | None = None,
+        live_meter: LogEndMeter | None = None,
+    ) -> None:
+        """``live_rate`` is the plan's measure of the topics' live produce rate; ``live_meter``
+        measures it again while the run reads (its rate wins once it has one)."""
         self.console = console
         self.started = started
         self.tick_s = tick_s
         self.meter = RateMeter()
+        self.live_rate = live_rate
+        self.live_meter = live_meter
         self._lock = threading.Lock()
         self._listener: ProgressListener | None = None
         self._no_listener = False
@@ -134,7 +150,10 @@ class LiveProgress:
         with self._lock:
             rate = self.meter.measure(progress.counts.records_read)
         eta = progress.offsets_left / rate if rate else None
-        return dataclasses.replace(progress, rate=rate, eta_s=eta)
+        live = self.live_meter.rate() if self.live_meter is not None else None
+        if live is not None:
+            self.live_rate = live
+        return dataclasses.replace(progress, rate=rate, eta_s=eta, live_rate=self.live_rate)
 
     def close(self) -> None:
         if self._listener is not None:

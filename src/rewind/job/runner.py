@@ -53,6 +53,7 @@ from rewind.job.event_wave import run_event_wave
 from rewind.job.finalize import finalize_run, parts_in_scratch, parts_sink
 from rewind.job.live import LiveProgress
 from rewind.job.merge import merge_run
+from rewind.job.realtime import planned_live, run_meter
 from rewind.job.retention import OffsetsLostError, check_still_in_kafka
 from rewind.job.stages import (
     Conclude,
@@ -161,7 +162,13 @@ def execute(
 
     spec = plan.job_spec()
     started = time.monotonic()
-    live = LiveProgress(console, started)
+    watched = console is not QUIET  # the live rate is shown, never needed: no looks for nobody
+    live = LiveProgress(
+        console,
+        started,
+        live_rate=planned_live(plan).get("records_per_second"),
+        live_meter=run_meter(settings, plan) if watched else None,
+    )
     live.run_started(_progress(ledger, plan, run_id, started))  # the run id first, before Spark starts
     sink = make_sink(settings, spec)
     interrupts = _Interrupts(settings)
