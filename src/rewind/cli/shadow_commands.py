@@ -98,6 +98,8 @@ def status(
             console.print(hist)
         word = "[bold green]caught-up[/]" if d["caught_up"] else "[yellow]not caught up[/]"
         console.print(f"[bold]shadow {d['shadow']}[/] is {d['state']}: {word} ({d['caught_up_reason']})")
+        if d.get("speed"):
+            console.print(d["speed"]["summary"], markup=False, highlight=False)
 
     output(json_out).result(shadow_status(_settings(), name, history=history), render)
 

@@ -5,6 +5,10 @@ committed (:mod:`rewind.shadow.positions`), the log end from a fetch (the true h
 watermark), the live group's committed offsets from the broker. The shadow is
 ``caught-up`` when every sample of the last ``caught_up_for_s`` seconds (and at least one
 that old) had every partition's lag against the log end at most ``lag_threshold``.
+
+The tail's speed is read off the same samples (:func:`tail_speed`): v2's positions' growth per
+second against the log ends' growth, as a multiple of it ("x real-time", as a replay's plan and
+progress show it). A tail that has caught up can only read as fast as records arrive (~1x).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from rewind.core.live_speed import describe_speed, multiple
 from rewind.kafka import groups
 from rewind.shadow.positions import coverage
 
@@ -87,3 +92,36 @@ def caught_up(samples: Sequence[ShadowEvent], config: Shadow, now: datetime) -> 
 
 def max_lag(details: Mapping[str, Any]) -> int:
     return max((int(p["lag"]) for p in details.get("partitions", [])), default=0)
+
+
+SPEED_WINDOW_S = 60.0
+"""The tail's speed is measured over the lag samples of about this many of the last seconds."""
+
+
+def tail_speed(samples: Sequence[ShadowEvent], window_s: float = SPEED_WINDOW_S) -> dict[str, Any] | None:
+    """The tail's records per second and the live produce rate over the samples of about the
+    last ``window_s`` seconds (at least the last two), and the first as a multiple of the second
+    (None: no live writes). None when there are fewer than two samples."""
+    if len(samples) < 2:
+        return None
+    last = samples[-1]
+    first = next((e for e in samples if e.at >= last.at - timedelta(seconds=window_s)), samples[-2])
+    if first is last:
+        first = samples[-2]
+    seconds = (last.at - first.at).total_seconds()
+    if seconds <= 0:
+        return None
+
+    def total(event: ShadowEvent, key: str) -> int:
+        return sum(int(p[key]) for p in event.details.get("partitions", []))
+
+    tail = max(0, total(last, "position") - total(first, "position")) / seconds
+    live = max(0, total(last, "log_end") - total(first, "log_end")) / seconds
+    m = multiple(tail, live)
+    return {
+        "records_per_second": round(tail, 3),
+        "live_records_per_second": round(live, 3),
+        "multiple": None if m is None else round(m, 3),
+        "over_s": round(seconds, 3),
+        "summary": f"tail {tail:,.0f} rec/s, {describe_speed(tail, live)} over {seconds:.0f}s",
+    }

@@ -1,11 +1,12 @@
-"""``rewind shadow status NAME``: lag per partition now, caught-up, and the lag history."""
+"""``rewind shadow status NAME``: lag per partition now, caught-up, the tail's speed as a multiple
+of the live produce rate ("x real-time"), and the lag history."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from rewind.shadow.context import load_shadow
-from rewind.shadow.lag import caught_up, max_lag, sample
+from rewind.shadow.lag import SPEED_WINDOW_S, caught_up, max_lag, sample, tail_speed
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -23,12 +24,16 @@ def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[s
         config = ctx.config
         lag = sample(settings, ctx.spec.source.window.topics, config.live_group, ctx.committed_units())
         now = ledger.clock()
-        window = int(config.caught_up_for_s) + 120  # enough samples to cover the window at any pace
+        # enough samples to cover the caught-up window and the speed's at any pace
+        window = int(max(config.caught_up_for_s, SPEED_WINDOW_S)) + 120
         events = ctx.store.events(name, "lag", limit=max(history, window))
         ok, reason = caught_up(events, config, now)
         restarts = ctx.store.events(name, "restart")  # the tail's query, started again after a failure
         if ctx.record.state != "tailing":
             ok, reason = False, f"the shadow is {ctx.record.state}, not tailing"
+        speed = tail_speed(events)
+        if speed is not None and ok:
+            speed["summary"] += " (caught up: it reads records as they arrive)"
         return {
             "shadow": name,
             "state": ctx.record.state,
@@ -43,6 +48,7 @@ def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[s
             "caught_up_reason": reason,
             "lag_threshold": config.lag_threshold,
             "caught_up_for_s": config.caught_up_for_s,
+            "speed": speed,
             "restarts": len(restarts),
             "last_restart": (
                 {"at": restarts[-1].at.isoformat(timespec="seconds"), **restarts[-1].details}
