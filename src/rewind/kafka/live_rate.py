@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewind.core.windows import TP
-from rewind.errors import RewindError
 from rewind.kafka import clients
 from rewind.kafka.groups import log_bounds
 from rewind.kafka.probes import PROBE_SETTINGS, Prober, ProbeRead, ProbeRecord
@@ -141,7 +140,7 @@ class LogEndMeter:
                 self._tried = now
                 try:
                     self.looks.append(look(self.conf, self.partitions))
-                except RewindError as exc:
+                except Exception as exc:  # a run must not fail for a number it only shows
                     if not self._warned:
                         self._warned = True
                         log.warning("the live rate is not measured: %s", exc)
