@@ -121,6 +121,12 @@ def test_hard_cutover_swaps_in_a_v2_equal_to_a_clean_recomputation(
             tail.kill()
             out, err = tail.communicate(30)
             raise AssertionError(f"{shadow_status(settings, NAME)}\n{out[-2000:]}\n{err[-4000:]}") from None
+        # the tail's speed against the live producer's 20 orders/s, from the tail's lag samples
+        speed = shadow_status(settings, NAME)["speed"]
+        assert speed is not None and 10 <= speed["live_records_per_second"] <= 25, speed
+        ratio = speed["records_per_second"] / speed["live_records_per_second"]
+        assert abs(speed["multiple"] - ratio) <= 0.01 * ratio, speed
+        assert speed["multiple"] >= 0.5 and "x real-time (live " in speed["summary"], speed
         before = state(settings)
         refused(lambda: cutover_hard(settings, NAME), "0 of the 2 verifications", "nothing was changed")
         # v2's rows and its unit commits move with the running tail, the state and the tables not
