@@ -23,15 +23,15 @@ def test_the_live_rate_is_the_rate_a_producer_writes_at(broker_conf: dict[str, A
     tps = [(topic_name, 0), (topic_name, 1)]
     create_topic(broker_conf, topic_name, 2)
     with writing(broker_conf, topic_name, RATE):
-        probe = LiveRateProbe(broker_conf, tps, interval_s=2.0)
+        probe = LiveRateProbe(broker_conf, tps, interval_s=1.5)
         probe.start()
         rate = probe.finish()
         meter = LogEndMeter(broker_conf, tps, every_s=0.5)
-        deadline, seen = time.monotonic() + 2.0, None
+        deadline, seen = time.monotonic() + 1.6, None
         while time.monotonic() < deadline:
             seen = meter.rate() or seen
             time.sleep(0.1)
-    assert 1.9 <= rate.seconds <= 2.6, rate
+    assert 1.45 <= rate.seconds <= 2.0, rate
     assert RATE * 0.8 <= rate.records_per_second <= RATE * 1.2, rate
     for tp in tps:
         assert RATE / 2 * 0.75 <= rate.per_partition[tp] <= RATE / 2 * 1.25, rate
