@@ -432,3 +432,43 @@ def test_a_postgres_compensate_read_in_tasks_writes_what_the_driver_read_wrote(
     out = f"stock-model-{uuid.uuid4().hex[:8]}"
     create_topic(conf, out, OUT_PARTITIONS)
     check_shape(settings, conf, case.run_id, out, "retract-and-correct", *case.expected)
+
+
+def test_the_units_labels_are_where_sparks_hash_partitioning_sends_them(spark: Any) -> None:
+    """The labels that give each unit a Spark partition of its own are computed in Python
+    (Spark's murmur3 of an int): Spark's own ``hash`` and a ``repartition`` agree with them."""
+    from pyspark.sql import functions as F
+
+    from rewind.spark.compensate_stage import _labels, spark_hash_int
+
+    values = [*range(-50, 2000), 2**31 - 1, -(2**31)]
+    got = spark.createDataFrame([(v,) for v in values], "v int").select("v", F.hash("v").alias("h")).collect()
+    assert {r["v"]: r["h"] for r in got} == {v: spark_hash_int(v) for v in values}
+    for count in (1, 3, 16, 37):
+        labels = _labels(count)
+        assert len(set(labels)) == count
+        placed = (
+            spark.createDataFrame([(v,) for v in labels], "v int")
+            .repartition(count, "v")
+            .select("v", F.spark_partition_id().alias("p"))
+            .collect()
+        )
+        assert {r["v"]: r["p"] for r in placed} == {v: i for i, v in enumerate(labels)}
+
+
+def test_an_interrupted_compensate_is_finished_only_over_the_same_sides() -> None:
+    """The planned units of an interrupted compensate are taken again only when its sides are
+    the same (snapshots or row counts) and its units were cut by hash; otherwise one line."""
+    from rewind.job.compensate import CompensateRefused, _planned_units
+
+    sides = {"production": 11, "staging": 12}
+    planned = {"units": 7, "sides": sides}
+    assert _planned_units(planned, "r1", "t", dict(sides)) == 7
+    with pytest.raises(CompensateRefused) as refused:
+        _planned_units(planned, "r1", "t", {"production": 11, "staging": 13})
+    assert str(refused.value).startswith(
+        "run r1: production or staging changed since the interrupted compensate to t"
+    )
+    with pytest.raises(CompensateRefused) as refused:
+        _planned_units({"units": [{"id": "p0-b0-4"}], "sides": sides}, "r1", "t", sides)
+    assert "planned by an earlier Rewind" in str(refused.value)

@@ -24,14 +24,15 @@ unit ids only:
    transactional ids and the final one, so that nothing it left open hides partition 0; read
    partition 0 (read committed) for the run's markers: the final one means done before, nothing
    is written again (``already_done``); unit markers name the units done;
-3. diff production and staging in Spark and count the changes per target partition and bucket
-   (``--dry-run`` stops here with the counts);
-4. cut the buckets into units of about ``unit_messages`` messages (or take the interrupted
-   attempt's units, refusing if their counts changed) and record them in the audit entry
-   ``compensate-planned``;
-5. the tasks write every unit not done yet in a transaction of its own with its marker;
-6. the final marker (the counts), in a transaction of its own; then the audit entry
-   ``compensated``.
+3. ``--dry-run``: diff production and staging in Spark and count the changes, and stop;
+4. the units: the sides' rows (a bound on the messages, known without a pass over the data)
+   over ``unit_messages``, a unit being the keys that hash to it; or the interrupted attempt's,
+   refused if its sides changed since (other Iceberg snapshots, other SQL row counts); recorded
+   in the audit entry ``compensate-planned`` before anything is written;
+5. in one Spark job: the sides read and diffed, the changes shuffled by unit, and the tasks
+   write every unit not done yet in a transaction of its own with its marker;
+6. the final marker (the counts the units' tasks and markers report), in a transaction of its
+   own; then the audit entry ``compensated``.
 
 A compensate killed anywhere and run again finishes what was left: every message once for a
 read_committed consumer, who never sees part of a unit. Consumers skip records with a
@@ -41,9 +42,11 @@ read_committed consumer, who never sees part of a unit. Consumers skip records w
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from rewind import faults
@@ -69,7 +72,7 @@ from rewind.openlineage.runs import emits
 from rewind.sinks.iceberg import read_iceberg
 from rewind.sinks.sql import sides
 from rewind.spark import session
-from rewind.spark.compensate_stage import bucket_counts, changes, placed, run_units
+from rewind.spark.compensate_stage import change_counts, changes, run_units, unit_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -158,12 +161,12 @@ def compensate_run(
                 f"{planned['partitions']} (or restore the topic's partitions)"
             )
         out: dict[str, Any] = {"run_id": run_id, "topic": topic, "shape": shape, "dry_run": dry_run}
-        done: frozenset[str] = frozenset()
+        done: dict[str, dict[str, Any]] = {}
         clock = _Clock()
         if not dry_run:  # 2.
             with clock.step("markers"):
                 if planned is not None:
-                    _fence(conf, run_id, topic, [u["id"] for u in planned["units"]], final_transactional_id)
+                    _fence(conf, run_id, topic, _unit_ids(planned), final_transactional_id)
                 markers = read_markers(conf, topic, run_id)
             if markers.final is not None:
                 final = markers.final
@@ -175,7 +178,7 @@ def compensate_run(
                     "counts": counts,
                     "already_done": True,
                 }
-            done = frozenset(markers.units)
+            done = dict(markers.units)
         return _compensate(
             settings, ledger, spec, run.staging, out, count, planned, done, unit_messages, clock
         )
@@ -189,7 +192,7 @@ def _compensate(
     out: dict[str, Any],
     partitions: int,
     planned: dict[str, Any] | None,
-    done: frozenset[str],
+    done: dict[str, dict[str, Any]],
     unit_messages: int,
     clock: _Clock,
 ) -> dict[str, Any]:
@@ -200,62 +203,75 @@ def _compensate(
         spark = session(settings)
     with ExitStack() as stack:  # the sides' reading (a SQL transaction) open until the units are done
         with clock.step("sides"):
-            old, new = stack.enter_context(_sides(spark, settings, spec, staging))
-        df = placed(changes(old, new, key), key, partitions).persist()
-        stack.callback(df.unpersist)
-        with clock.step("diff"):  # the sides read, joined, placed, cached and counted
-            buckets = bucket_counts(df)  # 3.
-        keys = sum(b[2] for b in buckets)
-        if shape == "correction":
-            counts = {"correction": keys}
-        else:
-            counts = {"retract": sum(b[3] for b in buckets), "correct": sum(b[4] for b in buckets)}
-        counts = {k: v for k, v in counts.items() if v}
-        out.update(keys=keys, messages=sum(counts.values()), counts=counts)
+            sides = stack.enter_context(_sides(spark, settings, spec, staging))
+        diff = changes(sides.old, sides.new, key)
         if out["dry_run"]:
-            out["seconds"] = clock.seconds
+            with clock.step("diff"):  # 3. the sides read, joined and counted
+                keys, olds, news = change_counts(diff)
+            counts = _counts(shape, keys, olds, news)
+            out.update(keys=keys, messages=sum(counts.values()), counts=counts, seconds=clock.seconds)
             return out
-        units = planned["units"] if planned is not None else _cut(buckets, shape, unit_messages)  # 4.
-        unit_of, sizes = _assign(buckets, units, shape)
-        if planned is not None:
-            changed = [u["id"] for u in units if sizes.get(u["id"], 0) != u["messages"]]
-            if changed:
-                raise CompensateRefused(
-                    f"run {run_id}: production or staging changed since the interrupted compensate to "
-                    f"{topic} (unit {changed[0]} now has {sizes.get(changed[0], 0)} messages, planned "
-                    f"{next(u['messages'] for u in units if u['id'] == changed[0])}); its units cannot "
-                    "be finished exactly once"
-                )
-        else:
+        if planned is None:  # 4.
+            units = max(1, math.ceil(sides.rows / unit_messages))
             ledger.audit(
                 run_id,
                 PLANNED,
-                {"topic": topic, "shape": shape, "partitions": partitions, "keys": keys, "units": units},
+                {
+                    "topic": topic,
+                    "shape": shape,
+                    "partitions": partitions,
+                    "units": units,
+                    "sides": sides.state,
+                },
             )
+        else:
+            units = _planned_units(planned, run_id, topic, sides.state)
         writer = UnitWriter(settings.kafka_config(), topic, run_id, shape, tuple(key))
         encoder = MessageEncoder(tuple(key), shape, run_id)
-        ids = [u["id"] for u in units]
-        with clock.step("units"):  # the shuffle by unit and the tasks' transactions
-            results = run_units(df, unit_of, ids, writer, encoder, done)  # 5.
-        for r in results:
-            for name, seconds in r[4].items():
-                clock.add(f"task_{name}", seconds)
+        with clock.step("units"):  # 5. the sides read and joined, the shuffle by unit, the tasks
+            results = run_units(diff, key, units, partitions, writer, encoder, frozenset(done))
+    for r in results:
+        for name, seconds in r.seconds.items():
+            clock.add(f"task_{name}", seconds)
+    counts, keys = {}, 0
+    for body in [*done.values(), *({"counts": r.counts, "keys": r.keys} for r in results)]:
+        keys += int(body.get("keys") or 0)
+        for op, n in (body.get("counts") or {}).items():
+            counts[op] = counts.get(op, 0) + int(n)
+    written = len(done) + len(results)  # the units with changes: each has its marker
+    out.update(keys=keys, messages=sum(counts.values()), counts=counts)
     faults.point("compensate-before-final-marker")
-    body = {
-        "run_id": run_id,
-        "counts": out["counts"],
-        "keys": out["keys"],
-        "messages": out["messages"],
-        "units": len(units),
-    }
+    body = {"run_id": run_id, "counts": counts, "keys": keys, "messages": out["messages"], "units": written}
     with clock.step("final"):
         write_final_marker(settings.kafka_config(), topic, run_id, body)  # 6.
-    before = sum(1 for u in units if u["id"] in done) + sum(1 for r in results if r[3])
-    out.update(already_done=False, units=len(units), units_done_before=before)
+    before = len(done) + sum(1 for r in results if r.repeat)
+    out.update(already_done=False, units=written, units_done_before=before)
     ledger.audit(run_id, "compensated", {k: v for k, v in out.items() if k != "already_done"})
     out["seconds"] = clock.seconds
     log.debug("compensate %s to %s: seconds %s", run_id, topic, clock.seconds)
     return out
+
+
+def _counts(shape: str, keys: int, olds: int, news: int) -> dict[str, int]:
+    """The messages per op of ``keys`` changes, ``olds`` with an old row, ``news`` with a new one."""
+    counts = {"correction": keys} if shape == "correction" else {"retract": olds, "correct": news}
+    return {op: n for op, n in counts.items() if n}
+
+
+def _planned_units(planned: dict[str, Any], run_id: str, topic: str, state: dict[str, Any]) -> int:
+    """The unit count of an interrupted compensate, if it can be finished exactly once: the same
+    sides (their snapshots, or row counts) and units cut the way this Rewind cuts them."""
+    if not isinstance(planned.get("units"), int):
+        raise CompensateRefused(
+            f"run {run_id}: the interrupted compensate to {topic} was planned by an earlier Rewind "
+            "(units by partition); finish it with that version, or compensate to a new topic"
+        )
+    if planned.get("sides") != state:
+        raise CompensateRefused(
+            f"run {run_id}: production or staging changed since the interrupted compensate to {topic} "
+            f"(then {planned.get('sides')}, now {state}); its units cannot be finished exactly once"
+        )
+    return int(planned["units"])
 
 
 def _planned(ledger: Ledger, run_id: str, topic: str) -> dict[str, Any] | None:
@@ -271,45 +287,12 @@ def _planned(ledger: Ledger, run_id: str, topic: str) -> dict[str, Any] | None:
     return last
 
 
-def _cut(
-    buckets: list[tuple[int, int, int, int, int]], shape: str, unit_messages: int
-) -> list[dict[str, Any]]:
-    """Runs of non-empty buckets of one partition, each of about ``unit_messages`` messages:
-    ``{"id", "partition", "lo", "hi", "messages"}`` (buckets ``[lo, hi)``)."""
-    units: list[dict[str, Any]] = []
-    current: dict[str, Any] | None = None
-    for p, b, n, olds, news in buckets:
-        m = n if shape == "correction" else olds + news
-        if current is None or current["partition"] != p or current["messages"] >= unit_messages:
-            current = {"id": "", "partition": p, "lo": b, "hi": b + 1, "messages": 0}
-            units.append(current)
-        current["hi"] = b + 1
-        current["messages"] += m
-    for u in units:
-        u["id"] = f"p{u['partition']}-b{u['lo']}-{u['hi']}"
-    return units
-
-
-def _assign(
-    buckets: list[tuple[int, int, int, int, int]], units: list[dict[str, Any]], shape: str
-) -> tuple[dict[tuple[int, int], int], dict[str, int]]:
-    """Each non-empty (partition, bucket)'s unit index, and the messages of each unit."""
-    unit_of: dict[tuple[int, int], int] = {}
-    sizes: dict[str, int] = {}
-    by_partition: dict[int, list[tuple[int, dict[str, Any]]]] = {}
-    for i, u in enumerate(units):
-        by_partition.setdefault(u["partition"], []).append((i, u))
-    for p, b, n, olds, news in buckets:
-        index = next((i for i, u in by_partition.get(p, []) if u["lo"] <= b < u["hi"]), None)
-        if index is None:
-            raise CompensateRefused(
-                "production or staging changed since the interrupted compensate: a changed key falls "
-                f"outside its units (partition {p}); its units cannot be finished exactly once"
-            )
-        unit_of[(p, b)] = index
-        uid = units[index]["id"]
-        sizes[uid] = sizes.get(uid, 0) + (n if shape == "correction" else olds + news)
-    return unit_of, sizes
+def _unit_ids(planned: dict[str, Any]) -> list[str]:
+    """The ids of a planned compensate's units (an earlier Rewind's list of units, too)."""
+    units = planned.get("units")
+    if isinstance(units, int):
+        return [unit_id(i, units) for i in range(units)]
+    return [str(u.get("id")) for u in units or [] if isinstance(u, dict)]
 
 
 def _fence(conf: dict[str, Any], run_id: str, topic: str, unit_ids: list[str], final_id: Any) -> None:
@@ -317,32 +300,69 @@ def _fence(conf: dict[str, Any], run_id: str, topic: str, unit_ids: list[str], f
     fence({**PRODUCER_DEFAULTS, **conf}, ids)
 
 
+@dataclass(frozen=True)
+class _Sides:
+    old: DataFrame
+    new: DataFrame
+    rows: int
+    """Rows of both sides: a bound on the messages, which sizes the units."""
+    state: dict[str, Any]
+    """What identifies the sides' contents (Iceberg snapshot ids, or SQL row counts): an
+    interrupted compensate is finished only over the same sides."""
+
+
 @contextmanager
 def _sides(
     spark: SparkSession, settings: Settings, spec: JobSpec, staging: dict[str, Any]
-) -> Iterator[tuple[DataFrame, DataFrame]]:
+) -> Iterator[_Sides]:
     """Production's rows and the run's staged rows as DataFrames read by the tasks: the Iceberg
     target's ``main`` and the staging branch (or table), files planned by pyiceberg
-    (:func:`rewind.sinks.iceberg.read_iceberg`); or slices of the SQL target table and the
-    staging table, both of one moment (:func:`rewind.sinks.sql.sides.open_sides`: the driver's
-    transaction stays open until the block ends)."""
+    (:func:`rewind.sinks.iceberg.read_iceberg`), their rows from the snapshots' summaries; or
+    slices of the SQL target table and the staging table, both of one moment
+    (:func:`rewind.sinks.sql.sides.open_sides`: the driver's transaction stays open until the
+    block ends), their rows counted by Spark."""
     if spec.sink.postgres is not None:
         sink = make_sink(settings, spec)
         try:
-            with sides.open_sides(spark, sink, sink.staging_from_dict(staging)) as both:  # type: ignore[arg-type]
-                yield both
+            with sides.open_sides(spark, sink, sink.staging_from_dict(staging)) as (old, new):  # type: ignore[arg-type]
+                rows = (old.count(), new.count())
+                yield _Sides(old, new, sum(rows), {"rows": list(rows)})
         finally:
             sink.close()
         return
 
     assert spec.sink.iceberg is not None
     catalog = load_catalog(settings)
-    new = read_iceberg(spark, catalog.load_table(staging["table"]), staging.get("branch") or "main")
+    staged = catalog.load_table(staging["table"])
+    ref = staging.get("branch") or "main"
+    new = read_iceberg(spark, staged, ref)
     target = spec.sink.iceberg.table
     if not catalog.table_exists(target):
-        yield spark.createDataFrame([], new.schema), new
+        yield _Sides(
+            spark.createDataFrame([], new.schema),
+            new,
+            _records(staged, ref),
+            {"staging": _snapshot(staged, ref)},
+        )
         return
-    yield read_iceberg(spark, catalog.load_table(target), "main"), new
+    live = catalog.load_table(target)
+    yield _Sides(
+        read_iceberg(spark, live, "main"),
+        new,
+        _records(live, "main") + _records(staged, ref),
+        {"production": _snapshot(live, "main"), "staging": _snapshot(staged, ref)},
+    )
+
+
+def _snapshot(table: Any, ref: str) -> int | None:
+    snapshot = table.snapshot_by_name(ref)
+    return None if snapshot is None else int(snapshot.snapshot_id)
+
+
+def _records(table: Any, ref: str) -> int:
+    snapshot = table.snapshot_by_name(ref)
+    summary = snapshot.summary if snapshot is not None else None
+    return int((summary or {}).get("total-records") or 0) if summary is not None else 0
 
 
 def _partitions(conf: dict[str, Any], topic: str) -> int:

@@ -5,8 +5,8 @@ JSON list for a composite key), value = JSON ``{"key", "op", "row"}`` (or ``old`
 batch at a time by :mod:`rewind.job.compensate_messages`), headers ``rewind-synthetic: true``,
 ``rewind-run-id``, ``rewind-op``.
 
-A unit (a slice of the changes of one target partition) is written by the Spark task that holds
-it, in order:
+A unit (the changes of the keys that hash to it, over every target partition) is written by the
+Spark task that holds it, in order:
 
 1. open a producer with the unit's transactional id (``rewind-compensate-<run>-<topic>-u-<digest
    of the unit>``, the same on every attempt): ``init_transactions`` fences an earlier attempt
@@ -16,7 +16,7 @@ it, in order:
 3. begin; produce the unit's messages on their partitions (murmur2 of the key), key by key;
 4. flush (failing on a refused record); produce the unit's marker on partition 0 (key
    ``rewind-compensate/<unit>``, headers ``rewind-marker: <run>`` and ``rewind-unit: <unit>``,
-   its counts); flush;
+   its messages, changed keys and counts); flush;
 5. commit: a read_committed consumer sees the unit's messages and its marker together or not at
    all.
 
@@ -268,8 +268,8 @@ class UnitTransaction:
             except BufferError:
                 continue
 
-    def commit(self) -> None:
-        """Steps 4-5."""
+    def commit(self, keys: int) -> None:
+        """Steps 4-5; ``keys``: how many changed keys the unit's messages are of."""
         w = self.writer
         try:
             self._txn.flush()
@@ -278,6 +278,7 @@ class UnitTransaction:
                 "run_id": w.run_id,
                 "unit": self.unit_id,
                 "messages": self.messages,
+                "keys": keys,
                 "counts": self.counts,
             }
             self._txn.client.produce(

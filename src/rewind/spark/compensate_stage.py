@@ -1,28 +1,28 @@
-"""The Spark side of ``rewind compensate``: the diff, the units, and the tasks that produce them.
+"""The Spark side of ``rewind compensate``: the diff, its units, and the tasks that produce them.
 
 1. :func:`changes`: production and staging (DataFrames) in a full outer join on the key columns
    (null-safe); a key is changed when it is on one side only or when a user column (all but
    ``_rewind_*``; a column one side lacks reads as null there) differs, null-safe. A change is
    the key's columns, ``old`` (production's user columns, a struct, null when absent) and
    ``new`` (staging's);
-2. :func:`placed`: each change gets its message key (:func:`rewind.kafka.compensation.key_text`),
-   its target partition (murmur2 of the key over the partitions, as the live producer's) and a
-   bucket (crc32 of the key, one of :data:`BUCKETS`);
-3. :func:`bucket_counts`: changes per (partition, bucket), and how many have an old and a new
-   row: the driver turns these counts (never a row) into units, runs of buckets of one
-   partition of about ``unit_messages`` messages each;
-4. :func:`run_units`: the changes of the units not done yet are shuffled into one Spark partition
-   per unit; each task writes its unit in one transaction (:mod:`rewind.kafka.compensation`) and
-   returns one row: its id, messages, counts, whether an earlier attempt had committed it, and
-   where the task's seconds went.
+2. :func:`change_counts`: how many changes, with an old and with a new row (``--dry-run``);
+3. :func:`run_units`: each change's unit is Spark's ``hash`` of its key columns modulo the
+   number of units (fixed before anything is written, and recorded, so that every attempt cuts
+   the same units); the changes of the units not done yet are shuffled into one Spark partition
+   per unit, and each task writes its unit in one transaction
+   (:mod:`rewind.kafka.compensation`): the message keys and their partitions (murmur2, as the
+   live producer's) are computed there, a batch at a time. A task returns one row: its unit,
+   messages, changed keys, counts, whether an earlier attempt had committed it, and where its
+   seconds went.
+
+One pass over the sides: nothing is cached and nothing counted before the units are written. A
+key's messages are all in its unit, in their order, on the key's partition.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,20 +35,19 @@ from rewind.spark.job_stage import task_error
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
-BUCKETS = 1024
-KEY_BYTES, PARTITION, BUCKET, UNIT = (
-    "_rewind_c_key",
-    "_rewind_c_partition",
-    "_rewind_c_bucket",
-    "_rewind_c_unit",
-)
-_PLACE, _LABEL = "_rewind_c_place", "_rewind_c_label"
-RESULT_SCHEMA = "unit string, messages long, counts string, repeat boolean, seconds string"
-TASK_STEPS = ("wait", "open", "encode", "produce", "commit")
-"""What a task's seconds go to: waiting for the next batch (the shuffle read and sort upstream),
-opening units' transactions, encoding the messages, producing them, committing."""
+UNIT, _LABEL = "_rewind_c_unit", "_rewind_c_label"
+RESULT_SCHEMA = "unit string, messages long, keys long, counts string, repeat boolean, seconds string"
+TASK_STEPS = ("wait", "open", "place", "encode", "produce", "commit")
+"""What a task's seconds go to: waiting for rows (the shuffle read upstream), opening the unit's
+transaction, the message keys and their partitions, encoding the messages, producing them,
+committing."""
+
+
+def unit_id(index: int, units: int) -> str:
+    """The id of unit ``index`` of ``units`` (its transactional id and marker derive from it)."""
+    return f"u{index}-of-{units}"
 
 
 class CompensateStageError(RewindError):
@@ -85,22 +84,6 @@ def changes(old: DataFrame, new: DataFrame, key: list[str]) -> DataFrame:
     return joined.where(differ).select(*keys, "old", "new")
 
 
-@dataclass(frozen=True)
-class _Place:
-    """The Arrow UDF of step 2 (pickled to the tasks): the key columns in, the message key and its
-    target partition out. Only the key columns cross into Python; the rows stay in the JVM."""
-
-    partitions: int
-
-    def __call__(self, *columns: pa.Array) -> pa.Array:
-        # lazy: avoids pyarrow at import
-        import pyarrow as pa
-
-        kb = key_texts(columns)
-        parts = partitions_for(kb.to_numpy(zero_copy_only=False).tolist(), self.partitions)
-        return pa.StructArray.from_arrays([kb, pa.array(parts, pa.int32())], names=["k", "p"])
-
-
 def key_texts(columns: tuple[pa.Array, ...]) -> pa.Array:
     """:func:`rewind.kafka.compensation.key_text` of each row, as a binary column: a single text
     or integer key column by Arrow's cast (the same text as ``str``), anything else row by row."""
@@ -117,39 +100,23 @@ def key_texts(columns: tuple[pa.Array, ...]) -> pa.Array:
     return pa.array([key_text(values) for values in rows], pa.binary())
 
 
-def placed(diff: DataFrame, key: list[str], partitions: int) -> DataFrame:
-    """Step 2 of the module docstring: the key's text and partition by an Arrow UDF over the key
-    columns; the bucket by Spark's ``crc32`` (zlib's)."""
-    # lazy: avoids pyspark at import
-    from pyspark.sql import functions as F
-    from pyspark.sql.functions import ArrowUDFType
-
-    with warnings.catch_warnings():  # "prefer type hints": a callable object has none to give
-        warnings.simplefilter("ignore", UserWarning)
-        place = F.arrow_udf(_Place(partitions), "k binary, p int", ArrowUDFType.SCALAR)
-    return diff.withColumn(_PLACE, place(*[F.col(k) for k in key])).select(
-        *[F.col(c) for c in diff.columns],
-        F.col(f"{_PLACE}.k").alias(KEY_BYTES),
-        F.col(f"{_PLACE}.p").alias(PARTITION),
-        (F.crc32(F.col(f"{_PLACE}.k")) % BUCKETS).cast("int").alias(BUCKET),
-    )
-
-
-def bucket_counts(df: DataFrame) -> list[tuple[int, int, int, int, int]]:
-    """Step 3: (partition, bucket, changes, with an old row, with a new row), sorted."""
+def change_counts(df: DataFrame) -> tuple[int, int, int]:
+    """Step 2: (changes, with an old row, with a new row), in one Spark job."""
     # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
-    rows = (
-        df.groupBy(PARTITION, BUCKET)
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.count("old").alias("old"),
-            F.count("new").alias("new"),
-        )
-        .collect()
-    )
-    return sorted((r[PARTITION], r[BUCKET], r["n"], r["old"], r["new"]) for r in rows)
+    row = df.agg(F.count(F.lit(1)).alias("n"), F.count("old").alias("o"), F.count("new").alias("w")).first()
+    return (int(row["n"]), int(row["o"]), int(row["w"])) if row is not None else (0, 0, 0)
+
+
+def unit_of(key: list[str], units: int) -> Column:
+    """A change's unit: Spark's ``hash`` (murmur3, seed 42) of its key columns modulo ``units``:
+    computed in the JVM, the same in every attempt and every Spark version (bucketed tables rely
+    on it)."""
+    # lazy: avoids pyspark at import
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.hash(*[F.col(k) for k in key]), F.lit(units))
 
 
 MessagesOf = Callable[["pa.RecordBatch", "pa.Array", "pa.Array"], Messages]
@@ -159,21 +126,20 @@ partitions → the :class:`~rewind.kafka.compensation.Messages` to produce."""
 
 @dataclass(frozen=True)
 class _Produce:
-    """The ``mapInArrow`` function of step 4: sorted changes in, one result row per unit out."""
+    """The ``mapInArrow`` function of step 3: the changes of one unit in (a Spark partition holds
+    one unit, or none), its result row out."""
 
     writer: UnitWriter
     messages: MessagesOf
-    unit_ids: tuple[str, ...]
+    units: int
+    partitions: int
     done: frozenset[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # lazy: avoids numpy at import
-        import numpy as np
-
         clock = dict.fromkeys(TASK_STEPS, 0.0)
-        current: int | None = None
-        seen: set[int | None] = set()
         unit: Any = None
+        current = -1
+        keys = 0
         try:
             it = iter(batches)
             while True:
@@ -182,74 +148,88 @@ class _Produce:
                 clock["wait"] += time.perf_counter() - t0
                 if batch is None:
                     break
-                units = batch.column(UNIT).to_numpy(zero_copy_only=False)
-                cuts = [0, *(np.flatnonzero(units[1:] != units[:-1]) + 1).tolist(), len(units)]
-                changes = batch.select([*self.writer.key, "old", "new"])
-                for start, end in itertools.pairwise(cuts):
-                    if start == end:
-                        continue
-                    if int(units[start]) != current:
-                        if unit is not None:
-                            yield self._finish(unit, clock)
-                            seen.add(current)
-                        current = int(units[start])
-                        if current in seen:  # a unit's rows are never split (run_units)
-                            raise CompensateStageError(
-                                f"unit {self.unit_ids[current]}'s rows came apart in its task"
-                            )
-                        t0 = time.perf_counter()
-                        unit = self._open(current)
-                        clock["open"] += time.perf_counter() - t0
-                    if isinstance(unit, _Skipped):
-                        continue
+                if not batch.num_rows:
+                    continue
+                index = self._index(batch)
+                if unit is None:
                     t0 = time.perf_counter()
-                    messages = self.messages(
-                        changes.slice(start, end - start),
-                        batch.column(KEY_BYTES).slice(start, end - start),
-                        batch.column(PARTITION).slice(start, end - start),
-                    )
-                    t1 = time.perf_counter()
-                    unit.produce(messages)
-                    clock["encode"] += t1 - t0
-                    clock["produce"] += time.perf_counter() - t1
+                    unit, current = self._open(index), index
+                    clock["open"] += time.perf_counter() - t0
+                elif index != current:
+                    raise CompensateStageError(f"unit {unit.unit_id}'s task got rows of unit {index}")
+                keys += batch.num_rows
+                if isinstance(unit, _Skipped):
+                    continue
+                t0 = time.perf_counter()
+                kb = key_texts(tuple(batch.column(k) for k in self.writer.key))
+                parts = partitions_for(kb.to_numpy(zero_copy_only=False).tolist(), self.partitions)
+                t1 = time.perf_counter()
+                # lazy: avoids pyarrow at import
+                import pyarrow as pa
+
+                messages = self.messages(
+                    batch.select([*self.writer.key, "old", "new"]), kb, pa.array(parts, pa.int32())
+                )
+                t2 = time.perf_counter()
+                unit.produce(messages)
+                clock["place"] += t1 - t0
+                clock["encode"] += t2 - t1
+                clock["produce"] += time.perf_counter() - t2
             if unit is not None:
-                yield self._finish(unit, clock)
+                yield self._finish(unit, keys, clock)
                 unit = None
         except BaseException:
             if unit is not None:
                 unit.abort()
             raise
 
-    def _open(self, index: int) -> Any:
-        unit_id = self.unit_ids[index]
-        if unit_id in self.done:  # the driver read its marker: skip its rows
-            return _Skipped(unit_id)
-        opened: UnitTransaction = self.writer.open(unit_id, _first_attempt())
-        return _Skipped(unit_id, opened.done) if opened.done is not None else opened
+    def _index(self, batch: pa.RecordBatch) -> int:
+        # lazy: avoids pyarrow at import
+        import pyarrow.compute as pc
 
-    def _finish(self, unit: Any, clock: dict[str, float]) -> pa.RecordBatch:
-        """The unit's result row, with the task's seconds since the previous one (then reset)."""
+        bounds = pc.min_max(batch.column(UNIT))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low != high:  # a unit per Spark partition (run_units' labels): never two
+            raise CompensateStageError(f"units {low} and {high} came to one task")
+        return int(low)
+
+    def _open(self, index: int) -> Any:
+        uid = unit_id(index, self.units)
+        if uid in self.done:  # the driver read its marker (run_units leaves its rows out)
+            return _Skipped(uid)
+        opened: UnitTransaction = self.writer.open(uid, _first_attempt())
+        return _Skipped(uid, opened.done) if opened.done is not None else opened
+
+    def _finish(self, unit: Any, keys: int, clock: dict[str, float]) -> pa.RecordBatch:
+        """The unit's result row."""
         # lazy: avoids pyarrow at import
         import pyarrow as pa
 
         if isinstance(unit, _Skipped):
-            row = {"unit": unit.unit_id, "messages": 0, "counts": json.dumps(unit.counts), "repeat": True}
+            row = {
+                "unit": unit.unit_id,
+                "messages": 0,
+                "keys": keys,
+                "counts": json.dumps(unit.counts),
+                "repeat": True,
+            }
         else:
             t0 = time.perf_counter()
-            unit.commit()
+            unit.commit(keys)
             clock["commit"] += time.perf_counter() - t0
             row = {
                 "unit": unit.unit_id,
                 "messages": unit.messages,
+                "keys": keys,
                 "counts": json.dumps(unit.counts),
                 "repeat": False,
             }
         row["seconds"] = json.dumps(clock)
-        clock.update(dict.fromkeys(clock, 0.0))
         schema = pa.schema(
             [
                 ("unit", pa.string()),
                 ("messages", pa.int64()),
+                ("keys", pa.int64()),
                 ("counts", pa.string()),
                 ("repeat", pa.bool_()),
                 ("seconds", pa.string()),
@@ -282,37 +262,47 @@ def _first_attempt() -> bool:
     return task is not None and task.attemptNumber() == 0
 
 
+@dataclass(frozen=True)
+class UnitResult:
+    """What a unit's task reports (step 3)."""
+
+    unit: str
+    messages: int
+    keys: int
+    counts: dict[str, int]
+    repeat: bool
+    """An earlier attempt had committed the unit: its task wrote nothing."""
+    seconds: dict[str, float]
+
+
 def run_units(
     df: DataFrame,
-    unit_of: dict[tuple[int, int], int],
-    unit_ids: list[str],
+    key: list[str],
+    units: int,
+    partitions: int,
     writer: UnitWriter,
     messages: MessagesOf,
     done: frozenset[str],
-) -> list[tuple[str, int, dict[str, int], bool, dict[str, float]]]:
-    """Step 4: (unit, messages, counts per op, written before, the task's seconds per step of
-    :data:`TASK_STEPS`) of every unit not in ``done`` that has rows.
+) -> list[UnitResult]:
+    """Step 3, for every unit of ``units`` that has changes and is not in ``done``.
 
-    ``unit_of`` maps (partition, bucket) to a unit's index in ``unit_ids``. The changes are
-    shuffled into one Spark partition per unit (a label per unit that Spark's hash partitioning
-    sends to the unit's own partition, :func:`_labels`), so a task holds exactly one unit and
-    needs no sort; Spark runs the units' tasks as cores free up, which balances them. Units in
-    ``done`` are left out before the shuffle."""
+    The changes are shuffled into one Spark partition per unit to write: a label per unit that
+    Spark's hash partitioning sends to the unit's own partition (:func:`_labels`), so that a
+    task holds exactly one unit and needs no sort; Spark runs the units' tasks as cores free up,
+    which balances them. The changes of units in ``done`` are left out before the shuffle."""
     # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
-    todo = [i for i, u in enumerate(unit_ids) if u not in done]
+    todo = [i for i in range(units) if unit_id(i, units) not in done]
     if not todo:
         return []
-    spark = df.sparkSession
-    labels = _labels(spark, len(todo))
-    slot = {u: labels[j] for j, u in enumerate(todo)}
-    lookup = spark.createDataFrame(
-        [(p, b, u, slot[u]) for (p, b), u in sorted(unit_of.items()) if u in slot],
-        f"{PARTITION} int, {BUCKET} int, {UNIT} int, {_LABEL} int",
-    )
-    with_unit = df.join(F.broadcast(lookup), [PARTITION, BUCKET])
-    produce: Any = _Produce(writer, messages, tuple(unit_ids), done)
+    labels = _labels(len(todo))
+    slot = dict.fromkeys(range(units), -1) | {u: labels[j] for j, u in enumerate(todo)}
+    label = F.element_at(F.array(*[F.lit(slot[i]) for i in range(units)]), F.col(UNIT) + 1)
+    with_unit = df.withColumn(UNIT, unit_of(key, units)).withColumn(_LABEL, label)
+    if len(todo) < units:
+        with_unit = with_unit.where(F.col(_LABEL) >= 0)
+    produce: Any = _Produce(writer, messages, units, partitions, done)
     try:
         rows = with_unit.repartition(len(todo), _LABEL).mapInArrow(produce, RESULT_SCHEMA).collect()
     except Exception as exc:
@@ -320,29 +310,44 @@ def run_units(
             raise
         raise CompensateStageError(f"a Spark task of the compensation failed: {task_error(exc)}") from exc
     return [
-        (r.unit, int(r.messages), json.loads(r.counts), bool(r.repeat), json.loads(r.seconds)) for r in rows
+        UnitResult(
+            r.unit, int(r.messages), int(r.keys), json.loads(r.counts), bool(r.repeat), json.loads(r.seconds)
+        )
+        for r in rows
     ]
 
 
-def _labels(spark: SparkSession, count: int) -> list[int]:
-    """For each partition ``i < count`` of a ``repartition(count, column)``, an int that Spark's
-    hash partitioning (``pmod(hash(value), count)``, the SQL ``hash``'s murmur3) sends there:
-    asked of Spark itself over a few candidates per partition (a tiny job)."""
-    # lazy: avoids pyspark at import
-    from pyspark.sql import functions as F
-
+def _labels(count: int) -> list[int]:
+    """For each partition ``i < count`` of a ``repartition(count, column)`` of an int column, an
+    int that Spark's hash partitioning sends there (``pmod(hash(value), count)``): the smallest
+    value found by :func:`spark_hash_int`, computed here rather than asked of Spark in a job
+    (three tiny jobs, about 0.3 s in a cold session)."""
     found: dict[int, int] = {}
-    start, span = 0, max(64, 16 * count)
+    value = 0
     while len(found) < count:
-        value = F.col("id").cast("int")
-        rows = (
-            spark.range(start, start + span)
-            .select(value.alias("v"), F.pmod(F.hash(value), F.lit(count)).alias("p"))
-            .groupBy("p")
-            .agg(F.min("v").alias("v"))
-            .collect()
-        )
-        for r in rows:
-            found.setdefault(int(r["p"]), int(r["v"]))
-        start += span
+        found.setdefault(spark_hash_int(value) % count, value)  # Python's % is Spark's pmod
+        value += 1
     return [found[i] for i in range(count)]
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _MASK32
+
+
+def spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark SQL's ``hash`` of an ``int`` (``Murmur3_x86_32.hashInt`` with the seed 42 that
+    ``hash`` and hash partitioning use), as the signed 32-bit int Spark returns."""
+    k = (value & _MASK32) * 0xCC9E2D51 & _MASK32
+    k = _rotl32(k, 15) * 0x1B873593 & _MASK32
+    h = _rotl32(seed ^ k, 13)
+    h = (h * 5 + 0xE6546B64) & _MASK32
+    h ^= 4  # the input's length in bytes
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & _MASK32
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & _MASK32
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
