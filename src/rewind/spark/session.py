@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from rewind.config import Settings, load_settings
 from rewind.javacheck import require_java
+from rewind.spark.class_archive import java_options
 from rewind.spark.topology import default_parallelism as asked
 
 if TYPE_CHECKING:
@@ -81,7 +82,8 @@ def session(settings: Settings | None = None, app_name: str | None = None) -> Sp
             conf.update(_LOCAL_CONF)
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         log4j = Path(__file__).with_name("log4j2.properties")
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
+        options = f"-Dlog4j2.configurationFile={log4j.as_uri()} {java_options()}"
+        conf["spark.driver.extraJavaOptions"] = options.strip()
         # executors run this interpreter, where rewind and its clients are installed, unless
         # spark.conf names theirs (a packed virtualenv shipped by spark.archives): PySpark
         # takes the executors' interpreter from PYSPARK_PYTHON, not from the conf
