@@ -338,18 +338,15 @@ def _sides(
     new = read_iceberg(spark, staged, ref)
     target = spec.sink.iceberg.table
     if not catalog.table_exists(target):
-        yield _Sides(
-            spark.createDataFrame([], new.schema),
-            new,
-            _records(staged, ref),
-            {"staging": _snapshot(staged, ref)},
-        )
+        old = spark.createDataFrame([], new.schema)
+        yield _Sides(old, new, _records(new, staged, ref), {"staging": _snapshot(staged, ref)})
         return
     live = catalog.load_table(target)
+    old = read_iceberg(spark, live, "main")
     yield _Sides(
-        read_iceberg(spark, live, "main"),
+        old,
         new,
-        _records(live, "main") + _records(staged, ref),
+        _records(old, live, "main") + _records(new, staged, ref),
         {"production": _snapshot(live, "main"), "staging": _snapshot(staged, ref)},
     )
 
@@ -359,10 +356,14 @@ def _snapshot(table: Any, ref: str) -> int | None:
     return None if snapshot is None else int(snapshot.snapshot_id)
 
 
-def _records(table: Any, ref: str) -> int:
+def _records(df: DataFrame, table: Any, ref: str) -> int:
+    """The rows of an Iceberg table at ``ref``: its snapshot's summary, else Spark's count (of
+    Parquet files: their footers)."""
     snapshot = table.snapshot_by_name(ref)
-    summary = snapshot.summary if snapshot is not None else None
-    return int((summary or {}).get("total-records") or 0) if summary is not None else 0
+    if snapshot is None:
+        return 0
+    total = (snapshot.summary or {}).get("total-records")
+    return int(total) if total is not None else df.count()
 
 
 def _partitions(conf: dict[str, Any], topic: str) -> int:
