@@ -42,7 +42,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from common import bare_produce, broker, create_topic, machine, stamp  # noqa: E402
+from common import bare_consume, bare_produce, broker, create_topic, machine, stamp  # noqa: E402
 
 SCHEMA = {
     "order_id": "long",
@@ -59,32 +59,9 @@ SESSION_ONLY = (
 
 
 def consume(bootstrap: str, topic: str, partitions: list[int], out: Any) -> None:
-    """A bare batch consume loop over ``partitions`` (a child process): records and seconds."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_uncommitted",
-            "fetch.max.bytes": 4 << 20,
-            "max.partition.fetch.bytes": 1 << 20,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    count = total = eof = 0
-    t0 = time.perf_counter()
-    while eof < len(partitions):
-        for msg in consumer.consume(10_000, 1.0):
-            if msg.error():
-                eof += 1
-                continue
-            count += 1
-            total += len(msg.value())
-    out.put((count, time.perf_counter() - t0))
-    consumer.close()
+    """:func:`common.bare_consume` of ``partitions`` in a child process: records and seconds."""
+    count, rate = bare_consume({"bootstrap.servers": bootstrap}, topic, partitions, "read_uncommitted")
+    out.put((count, count / rate if rate else 0.0))
 
 
 def bare_fetch(bootstrap: str, topic: str, partitions: int, processes: int) -> float:

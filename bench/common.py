@@ -109,8 +109,15 @@ def bare_produce(conf: dict[str, Any], topic: str, records: int, partitions: int
     """Produce ``records`` deterministic events from one process; returns records/s."""
     from confluent_kafka import Producer
 
-    producer = Producer({**conf, "linger.ms": 20, "batch.size": 1_000_000, "enable.idempotence": True,
-                         "queue.buffering.max.messages": 1_000_000})
+    producer = Producer(
+        {
+            **conf,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
     values = [value_of(i, size) for i in range(min(records, 100_000))]
     t0 = time.perf_counter()
     produce = producer.produce
@@ -129,17 +136,29 @@ def bare_produce(conf: dict[str, Any], topic: str, records: int, partitions: int
     return records / (time.perf_counter() - t0)
 
 
-def bare_consume(conf: dict[str, Any], topic: str, partitions: int, isolation: str) -> tuple[int, float]:
-    """A bare confluent-kafka batch consume loop that only sums value lengths."""
+def bare_consume(
+    conf: dict[str, Any], topic: str, partitions: int | list[int], isolation: str
+) -> tuple[int, float]:
+    """A bare confluent-kafka batch consume loop that only sums value lengths, over the first
+    ``partitions`` partitions (or those listed); records and records/s."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({**conf, "group.id": f"bench-{time.time_ns()}", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "isolation.level": isolation,
-                         "fetch.max.bytes": 4 << 20, "max.partition.fetch.bytes": 1 << 20})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": f"bench-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "fetch.max.bytes": 4 << 20,
+            "max.partition.fetch.bytes": 1 << 20,
+        }
+    )
+    chosen = list(range(partitions)) if isinstance(partitions, int) else partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in chosen])
     count = total = eof = 0
     t0 = time.perf_counter()
-    while eof < partitions:
+    while eof < len(chosen):
         for msg in consumer.consume(10_000, 1.0):
             if msg.error():
                 eof += 1
@@ -156,8 +175,12 @@ def run_tansu_perf_consume(bootstrap: str, topic: str) -> str:
     try:
         from rewind.embedded.broker import tansu_binary
 
-        out = subprocess.run([tansu_binary(), "perf", "--broker", f"tcp://{bootstrap}", topic, "consume"],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [tansu_binary(), "perf", "--broker", f"tcp://{bootstrap}", topic, "consume"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except Exception as exc:
         return f"unavailable ({exc.__class__.__name__})"
     if out.returncode != 0:
