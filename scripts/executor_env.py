@@ -16,11 +16,15 @@ Ship it with Spark's own settings (docs/real-clusters.md)::
 The environment's ``python`` links to the interpreter it was built with (for example
 ``/usr/bin/python3.11``): the executors need a bare Python of the same version at that path,
 or pass ``--python-prefix`` (venv-pack's) for where it is on the executors.
+
+The virtualenv stays in ``--work`` (``build/executor-env``): the next build with the same Python,
+pins and runtime requirements reinstalls only Rewind into it and packs it again.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -44,17 +48,32 @@ def run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True)
 
 
+def dependencies_key(extra: list[str]) -> str:
+    """What the virtualenv's dependencies are made of: this Python, the pins and the runtime
+    requirements. A virtualenv built for the same key is reused (only Rewind is reinstalled)."""
+    digest = hashlib.sha256(f"{sys.version}\0{getattr(sys, '_base_executable', sys.executable)}".encode())
+    digest.update((REPO / "constraints.txt").read_bytes())
+    digest.update("\0".join(runtime_requirements() + extra).encode())
+    return digest.hexdigest()
+
+
 def build(out: Path, extra: list[str], python_prefix: str | None, work: Path) -> Path:
+    """The steps, in order: (1) the virtualenv with the pinned runtime dependencies, reused
+    from ``work`` when its stamp names the same :func:`dependencies_key` and nothing was given
+    with ``--with`` (a local folder given there may have changed); (2) Rewind from this checkout,
+    always reinstalled; (3) the pack."""
     venv = work / "executor-env"
-    shutil.rmtree(venv, ignore_errors=True)
-    base = getattr(sys, "_base_executable", sys.executable)
-    run([base, "-m", "venv", str(venv)])
+    stamp = venv / ".rewind-dependencies"
+    key = dependencies_key(extra)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    constraints = ["-c", str(REPO / "constraints.txt")]
-    run(
-        [*pip, "--no-deps", str(REPO)]
-    )  # Rewind itself, built as a wheel: venv-pack refuses editable installs
-    run([*pip, *constraints, *runtime_requirements(), *extra])
+    if extra or not stamp.is_file() or stamp.read_text() != key:
+        shutil.rmtree(venv, ignore_errors=True)
+        base = getattr(sys, "_base_executable", sys.executable)
+        run([base, "-m", "venv", str(venv)])
+        run([*pip, "-c", str(REPO / "constraints.txt"), *runtime_requirements(), *extra])
+        stamp.write_text(key)
+    # Rewind itself, built as a wheel (venv-pack refuses editable installs)
+    run([*pip, "--no-deps", "--force-reinstall", str(REPO)])
     out.parent.mkdir(parents=True, exist_ok=True)
     pack = [str(Path(sys.executable).parent / "venv-pack"), "-p", str(venv), "-o", str(out), "--force", "-q"]
     if python_prefix:
