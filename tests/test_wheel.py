@@ -56,16 +56,15 @@ def test_the_wheel_installs_in_a_clean_virtualenv_and_runs_a_job(tmp_path: Path)
     )
     [wheel] = (tmp_path / "dist").glob("rewind-*.whl")
 
-    # a clean virtualenv with the wheel and its pinned dependencies (the embedded broker too)
+    # a clean virtualenv with the wheel and its pinned dependencies (the embedded broker too);
+    # --no-compile: Python compiles what the commands below import when they import it, instead
+    # of pip compiling every module of every package first (38 s -> 21 s on a 2-core machine)
     base = getattr(sys, "_base_executable", sys.executable)
     sh([base, "-m", "venv", str(tmp_path / "venv")], outside, env)
     py = str(tmp_path / "venv" / "bin" / "python")
     rewind = str(tmp_path / "venv" / "bin" / "rewind")
-    sh(
-        [py, "-m", "pip", "install", "-q", "-c", str(jf.REPO / "constraints.txt"), f"{wheel}[embedded]"],
-        outside,
-        env,
-    )
+    pins = str(jf.REPO / "constraints.txt")
+    sh([py, "-m", "pip", "install", "-q", "--no-compile", "-c", pins, f"{wheel}[embedded]"], outside, env)
     where = sh([py, "-c", "import rewind; print(rewind.__file__)"], outside, env).stdout.strip()
     assert where.startswith(str(tmp_path / "venv")), where
 
