@@ -24,6 +24,7 @@ from typing import Any
 
 import pyspark
 
+from rewind.spark.class_archive import java_options
 from tests.conftest import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -102,7 +103,9 @@ def spark_cluster(
         **os.environ,
         "SPARK_HOME": str(SPARK_HOME),
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,  # the master's and workers' own JVMs: small, quick
+        # the master's and workers' own JVMs: small, quick, and from the driver's jars, so that
+        # Spark's class archive maps into them too (the isolated workers below cannot see it)
+        "SPARK_DAEMON_JAVA_OPTS": f"{QUICK_JVM} {java_options()}".strip(),
         "SPARK_DAEMON_MEMORY": "512m",
     }
     worker_env = env

@@ -27,6 +27,7 @@ import pytest
 from rewind.catalog import load_catalog
 from rewind.config import Settings, load_settings
 from rewind.job.service import run_job
+from rewind.spark.class_archive import java_options
 from rewind.spec import parse_spec
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
@@ -98,7 +99,8 @@ def test_a_job_on_a_standalone_cluster_equals_the_local_run_row_for_row(
     log4j = (jf.REPO / "src/rewind/spark/log4j2.properties").as_uri()
     spark_conf = {
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} {jf.QUICK_JVM}",
-        "spark.executor.extraJavaOptions": QUICK_JVM,
+        # the executors run on the driver's jars here: Spark's class archive maps into them too
+        "spark.executor.extraJavaOptions": f"{QUICK_JVM} {java_options()}".strip(),
         "spark.executor.memory": "512m",
         # the executors' Python imports the spec's translate (tests.job_fixtures) from the repo
         "spark.executorEnv.PYTHONPATH": str(jf.REPO),
