@@ -8,8 +8,9 @@ and its first job (Parquet, a join, an aggregate) 8.7 s against 12.1 s without i
 
 :func:`build` makes the archive once, at install (``make install``, which calls :func:`main`:
 about a minute, most of it the JVM writing the archive), from a JVM that runs a small job of
-the kinds Rewind runs; it lives in the virtualenv, beside the jars it was made from. :func:`java_options` gives a local
-session's driver the option, only when the archive is whole and was made by the same Java:
+the kinds Rewind runs; it lives in the virtualenv, beside the jars it was made from.
+:func:`java_options` gives a local session's driver the option, only when the archive is whole
+and was made by the same Java:
 
 * a JVM maps the file, and one cut short (a full disk, a copy interrupted) crashes it with
   SIGBUS, so the archive is written under another name, tried, and renamed; its size and the
