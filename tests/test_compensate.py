@@ -472,3 +472,36 @@ def test_an_interrupted_compensate_is_finished_only_over_the_same_sides() -> Non
     with pytest.raises(CompensateRefused) as refused:
         _planned_units({"units": [{"id": "p0-b0-4"}], "sides": sides}, "r1", "t", sides)
     assert "planned by an earlier Rewind" in str(refused.value)
+
+
+def test_a_compensate_killed_after_its_final_marker_is_done_when_run_again(
+    broker: TestBroker, iceberg_case: Case
+) -> None:
+    """Killed after the final marker and before the ledger's ``compensated`` entry: the ledger
+    still shows the compensate planned, the topic shows it done. Run again, it writes nothing
+    and reports what the final marker says."""
+    from rewind.job.compensate import PLANNED, compensate_run
+    from rewind.ledger import Ledger
+
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(iceberg_case.state)},
+        cwd=iceberg_case.state.parent,
+    )
+    conf = settings.kafka_config()
+    out = f"stock-model-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, out, OUT_PARTITIONS)
+    done = compensate_run(settings, iceberg_case.run_id, out)
+    with Ledger.open(settings.ledger) as ledger:  # as if the process died before "compensated"
+        planned = next(
+            e.details
+            for e in reversed(ledger.audit_log(iceberg_case.run_id))
+            if e.action == PLANNED and e.details.get("topic") == out
+        )
+        ledger.audit(iceberg_case.run_id, PLANNED, dict(planned))
+    again = compensate_run(settings, iceberg_case.run_id, out)
+    assert again["already_done"] and len(read_topic(conf, out)) == done["messages"] + done["units"] + 1
+    assert (again["keys"], again["messages"], again["counts"]) == (
+        done["keys"],
+        done["messages"],
+        done["counts"],
+    )

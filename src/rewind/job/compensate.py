@@ -173,7 +173,7 @@ def compensate_run(
                 counts = dict(final.get("counts") or {})
                 return {
                     **out,
-                    "keys": int(final.get("keys", planned["keys"] if planned else 0)),
+                    "keys": int(final.get("keys") or 0),
                     "messages": int(final.get("messages", sum(counts.values()))),
                     "counts": counts,
                     "already_done": True,
