@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -211,21 +211,16 @@ def _compensate(
             counts = _counts(shape, keys, olds, news)
             out.update(keys=keys, messages=sum(counts.values()), counts=counts, seconds=clock.seconds)
             return out
-        if planned is None:  # 4.
-            units = max(1, math.ceil(sides.rows / unit_messages))
+        rows, state = sides.size()  # 4.
+        if planned is None:
+            units = max(1, math.ceil(rows / unit_messages))
             ledger.audit(
                 run_id,
                 PLANNED,
-                {
-                    "topic": topic,
-                    "shape": shape,
-                    "partitions": partitions,
-                    "units": units,
-                    "sides": sides.state,
-                },
+                {"topic": topic, "shape": shape, "partitions": partitions, "units": units, "sides": state},
             )
         else:
-            units = _planned_units(planned, run_id, topic, sides.state)
+            units = _planned_units(planned, run_id, topic, state)
         writer = UnitWriter(settings.kafka_config(), topic, run_id, shape, tuple(key))
         encoder = MessageEncoder(tuple(key), shape, run_id)
         with clock.step("units"):  # 5. the sides read and joined, the shuffle by unit, the tasks
@@ -304,11 +299,11 @@ def _fence(conf: dict[str, Any], run_id: str, topic: str, unit_ids: list[str], f
 class _Sides:
     old: DataFrame
     new: DataFrame
-    rows: int
-    """Rows of both sides: a bound on the messages, which sizes the units."""
-    state: dict[str, Any]
-    """What identifies the sides' contents (Iceberg snapshot ids, or SQL row counts): an
-    interrupted compensate is finished only over the same sides."""
+    size: Callable[[], tuple[int, dict[str, Any]]]
+    """The rows of both sides (a bound on the messages, which sizes the units) and what
+    identifies their contents (Iceberg snapshot ids, or SQL row counts: an interrupted
+    compensate is finished only over the same sides). Asked only when units are cut: a SQL
+    side is counted by Spark, a read a ``--dry-run`` does not need."""
 
 
 @contextmanager
@@ -325,8 +320,12 @@ def _sides(
         sink = make_sink(settings, spec)
         try:
             with sides.open_sides(spark, sink, sink.staging_from_dict(staging)) as (old, new):  # type: ignore[arg-type]
-                rows = (old.count(), new.count())
-                yield _Sides(old, new, sum(rows), {"rows": list(rows)})
+
+                def counted() -> tuple[int, dict[str, Any]]:
+                    rows = [old.count(), new.count()]
+                    return sum(rows), {"rows": rows}
+
+                yield _Sides(old, new, counted)
         finally:
             sink.close()
         return
@@ -339,15 +338,17 @@ def _sides(
     target = spec.sink.iceberg.table
     if not catalog.table_exists(target):
         old = spark.createDataFrame([], new.schema)
-        yield _Sides(old, new, _records(new, staged, ref), {"staging": _snapshot(staged, ref)})
+        yield _Sides(old, new, lambda: (_records(new, staged, ref), {"staging": _snapshot(staged, ref)}))
         return
     live = catalog.load_table(target)
     old = read_iceberg(spark, live, "main")
     yield _Sides(
         old,
         new,
-        _records(old, live, "main") + _records(new, staged, ref),
-        {"production": _snapshot(live, "main"), "staging": _snapshot(staged, ref)},
+        lambda: (
+            _records(old, live, "main") + _records(new, staged, ref),
+            {"production": _snapshot(live, "main"), "staging": _snapshot(staged, ref)},
+        ),
     )
 
 

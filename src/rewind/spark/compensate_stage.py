@@ -136,6 +136,9 @@ class _Produce:
     done: frozenset[str]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # lazy: avoids pyarrow at import
+        import pyarrow as pa
+
         clock = dict.fromkeys(TASK_STEPS, 0.0)
         unit: Any = None
         current = -1
@@ -164,9 +167,6 @@ class _Produce:
                 kb = key_texts(tuple(batch.column(k) for k in self.writer.key))
                 parts = partitions_for(kb.to_numpy(zero_copy_only=False).tolist(), self.partitions)
                 t1 = time.perf_counter()
-                # lazy: avoids pyarrow at import
-                import pyarrow as pa
-
                 messages = self.messages(
                     batch.select([*self.writer.key, "old", "new"]), kb, pa.array(parts, pa.int32())
                 )
