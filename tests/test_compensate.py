@@ -505,3 +505,125 @@ def test_a_compensate_killed_after_its_final_marker_is_done_when_run_again(
         done["messages"],
         done["counts"],
     )
+
+
+# the key types the join cut knows (Spark's Literal.default of each): two rows a side, one key
+# only in production, one only in staging, a null key on both sides
+JOIN_CUT_KEYS: list[tuple[str, list[Any]]] = [
+    ("tinyint", [1, -7, 100]),
+    ("smallint", [300, -2, 9]),
+    ("int", [0, -(2**31), 2**31 - 1]),
+    ("bigint", [2**40, -1, 77]),
+    ("decimal(12,2)", ["10.50", "-3.25", "0.00"]),
+    ("string", ["a", "", "sku-ü"]),
+    ("binary", [b"\x00", b"", b"\xff\x01"]),
+    ("boolean", [True, False, True]),
+    ("date", ["1970-01-01", "2026-11-28", "1969-12-31"]),
+    ("timestamp", ["2026-11-28 10:00:00", "1970-01-01 00:00:00", "1999-12-31 23:59:59.5"]),
+]
+
+
+@pytest.mark.parametrize("kind,values", JOIN_CUT_KEYS, ids=[k for k, _ in JOIN_CUT_KEYS])
+def test_the_join_cut_is_the_partition_sparks_null_safe_join_gives_a_key(
+    spark: Any, kind: str, values: list[Any]
+) -> None:
+    """A ``join`` cut unit is the partition Spark's own null-safe full outer join puts the key
+    in, for every key type it takes (and a two-column key, and null keys): the units are the
+    join's partitions, so no second shuffle. Floating point keys take the ``key-hash`` cut."""
+    import decimal
+    from datetime import datetime
+
+    from pyspark.sql import functions as F
+
+    from rewind.spark.compensate_stage import (
+        JOIN_CONF,
+        changes,
+        join_defaults,
+        unit_of,
+        units_are_join_partitions,
+    )
+
+    def cell(v: Any) -> Any:
+        if kind.startswith("decimal"):
+            return decimal.Decimal(v)
+        if kind == "date":
+            return datetime.strptime(v, "%Y-%m-%d").date()
+        if kind == "timestamp":
+            return datetime.fromisoformat(v)
+        return v
+
+    a, b, c = (cell(v) for v in values)
+    schema = f"k {kind}, j int, v int"
+    old = spark.createDataFrame([(a, 1, 1), (b, 2, 2), (None, 3, 3)], schema)
+    new = spark.createDataFrame([(a, 1, 5), (c, 4, 4), (None, 3, 4)], schema)
+    units = 7
+    for key in (["k"], ["k", "j"]):
+        diff = changes(old, new, key)
+        defaults = join_defaults(diff.schema, key)
+        assert defaults is not None
+        saved = {name: spark.conf.get(name) for name in [*JOIN_CONF, "spark.sql.shuffle.partitions"]}
+        try:
+            for name, value in {**JOIN_CONF, "spark.sql.shuffle.partitions": str(units)}.items():
+                spark.conf.set(name, value)
+            placed = diff.select(
+                unit_of(key, units, defaults).alias("unit"), F.spark_partition_id().alias("p")
+            )
+            assert units_are_join_partitions(placed, units)
+            rows = placed.collect()
+        finally:
+            for name, value in saved.items():
+                spark.conf.set(name, value)
+        assert len(rows) == 4  # a changed, b only old, c only new, the null key changed
+        assert all(r["unit"] == r["p"] for r in rows), rows
+    floats = spark.createDataFrame([(1.5, 1)], "k double, v int")
+    assert join_defaults(changes(floats, floats, ["k"]).schema, ["k"]) is None
+
+
+def test_a_compensate_planned_with_the_key_hash_cut_is_finished_with_it(
+    broker: TestBroker, iceberg_case: Case, spark: Any
+) -> None:
+    """An interrupted compensate planned before units were cut as the join cuts them (its
+    ``compensate-planned`` entry names no cut) is finished with the units it planned: each
+    unit's keys are those of ``pmod(hash(key), units)``, not the join's; a new compensate cuts
+    by the join. Both reach the verified state."""
+    from pyspark.sql import functions as F
+
+    from rewind.job.compensate import PLANNED, compensate_run
+    from rewind.kafka.compensation import read_markers
+    from rewind.ledger import Ledger
+    from rewind.spark.compensate_stage import unit_id
+
+    settings = load_settings(
+        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(iceberg_case.state)},
+        cwd=iceberg_case.state.parent,
+    )
+    conf = settings.kafka_config()
+    keys = spark.createDataFrame([(k,) for k in iceberg_case.differing], "sku string")
+
+    def keys_per_unit(units: int, by: Any) -> dict[str, int]:
+        got = keys.groupBy(F.pmod(by, F.lit(units)).alias("u")).count().collect()
+        return {unit_id(r["u"], units): r["count"] for r in got}
+
+    topics = {cut: f"stock-model-{uuid.uuid4().hex[:8]}" for cut in ("join", "key-hash")}
+    for topic in topics.values():
+        create_topic(conf, topic, OUT_PARTITIONS)
+    joined = compensate_run(settings, iceberg_case.run_id, topics["join"], unit_messages=4)
+    with Ledger.open(settings.ledger) as ledger:
+        planned = next(
+            e.details
+            for e in reversed(ledger.audit_log(iceberg_case.run_id))
+            if e.action == PLANNED and e.details.get("topic") == topics["join"]
+        )
+        assert planned["cut"] == "join" and planned["units"] > 2
+        earlier = {k: v for k, v in planned.items() if k != "cut"} | {"topic": topics["key-hash"]}
+        ledger.audit(iceberg_case.run_id, PLANNED, earlier)  # as an earlier Rewind planned it
+    hashed = compensate_run(settings, iceberg_case.run_id, topics["key-hash"])
+    units = int(planned["units"])
+    join_hash = F.hash(F.coalesce(F.col("sku"), F.lit("")), F.col("sku").isNull())
+    expected = {"join": keys_per_unit(units, join_hash), "key-hash": keys_per_unit(units, F.hash("sku"))}
+    assert expected["join"] != expected["key-hash"]  # the two cuts differ on these keys
+    for cut, topic in topics.items():
+        markers = read_markers(conf, topic, iceberg_case.run_id)
+        assert {u: int(body["keys"]) for u, body in markers.units.items()} == expected[cut]
+    for done in (joined, hashed):
+        assert done["keys"] == len(iceberg_case.differing) and not done["already_done"]

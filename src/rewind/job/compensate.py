@@ -29,8 +29,9 @@ unit ids only:
    over ``unit_messages``, a unit being the keys that hash to it; or the interrupted attempt's,
    refused if its sides changed since (other Iceberg snapshots, other SQL row counts); recorded
    in the audit entry ``compensate-planned`` before anything is written;
-5. in one Spark job: the sides read and diffed, the changes shuffled by unit, and the tasks
-   write every unit not done yet in a transaction of its own with its marker;
+5. in one Spark job: the sides read and diffed, the changes in one Spark partition per unit
+   (the join's own, or shuffled again: :func:`rewind.spark.compensate_stage.run_units`), and
+   the tasks write every unit not done yet in a transaction of its own with its marker;
 6. the final marker (the counts the units' tasks and markers report), in a transaction of its
    own; then the audit entry ``compensated``.
 
@@ -72,7 +73,7 @@ from rewind.openlineage.runs import emits
 from rewind.sinks.iceberg import read_iceberg
 from rewind.sinks.sql import sides
 from rewind.spark import session
-from rewind.spark.compensate_stage import change_counts, changes, run_units, unit_id
+from rewind.spark.compensate_stage import change_counts, changes, join_defaults, run_units, unit_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -214,17 +215,26 @@ def _compensate(
         rows, state = sides.size()  # 4.
         if planned is None:
             units = max(1, math.ceil(rows / unit_messages))
+            cut = "join" if join_defaults(diff.schema, key) is not None else "key-hash"
             ledger.audit(
                 run_id,
                 PLANNED,
-                {"topic": topic, "shape": shape, "partitions": partitions, "units": units, "sides": state},
+                {
+                    "topic": topic,
+                    "shape": shape,
+                    "partitions": partitions,
+                    "units": units,
+                    "cut": cut,
+                    "sides": state,
+                },
             )
         else:
             units = _planned_units(planned, run_id, topic, state)
+            cut = str(planned.get("cut", "key-hash"))  # an entry without it: cut by key-hash
         writer = UnitWriter(settings.kafka_config(), topic, run_id, shape, tuple(key))
         encoder = MessageEncoder(tuple(key), shape, run_id)
-        with clock.step("units"):  # 5. the sides read and joined, the shuffle by unit, the tasks
-            results = run_units(diff, key, units, partitions, writer, encoder, frozenset(done))
+        with clock.step("units"):  # 5. the sides read and joined, the shuffle(s), the tasks
+            results = run_units(diff, key, units, partitions, writer, encoder, frozenset(done), cut)
     for r in results:
         for name, seconds in r.seconds.items():
             clock.add(f"task_{name}", seconds)

@@ -6,10 +6,13 @@
    the key's columns, ``old`` (production's user columns, a struct, null when absent) and
    ``new`` (staging's);
 2. :func:`change_counts`: how many changes, with an old and with a new row (``--dry-run``);
-3. :func:`run_units`: each change's unit is Spark's ``hash`` of its key columns modulo the
-   number of units (fixed before anything is written, and recorded, so that every attempt cuts
-   the same units); the changes of the units not done yet are shuffled into one Spark partition
-   per unit, and each task writes its unit in one transaction
+3. :func:`run_units`: each change's unit is a Spark ``hash`` of its key modulo the number of
+   units (fixed before anything is written, and recorded with the way it is cut, :data:`CUTS`,
+   so that every attempt cuts the same units). Cut as the join cuts its partitions (``join``),
+   the units are the join's own partitions when the join has one per unit and nothing
+   reshuffles its output (:func:`units_are_join_partitions`): one shuffle, the join's. Else the
+   changes of the units not done yet are shuffled again into one Spark partition per unit. Each
+   task writes its unit in one transaction
    (:mod:`rewind.kafka.compensation`): the message keys and their partitions (murmur2, as the
    live producer's) are computed there, a batch at a time. A task returns one row: its unit,
    messages, changed keys, counts, whether an earlier attempt had committed it, and where its
@@ -25,6 +28,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind.core.columns import LINEAGE_PREFIX
@@ -32,10 +36,12 @@ from rewind.errors import RewindError
 from rewind.kafka.compensation import Messages, UnitTransaction, UnitWriter, key_text
 from rewind.kafka.partitioner import partitions_for
 from rewind.spark.job_stage import task_error
+from rewind.spark.physical_plan import plan_nodes
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
 UNIT, _LABEL = "_rewind_c_unit", "_rewind_c_label"
 RESULT_SCHEMA = "unit string, messages long, keys long, counts string, repeat boolean, seconds string"
@@ -43,6 +49,18 @@ TASK_STEPS = ("wait", "open", "place", "encode", "produce", "commit")
 """What a task's seconds go to: waiting for rows (the shuffle read upstream), opening the unit's
 transaction, the message keys and their partitions, encoding the messages, producing them,
 committing."""
+
+
+CUTS = ("key-hash", "join")
+"""How changes are cut into units, recorded in ``compensate-planned`` (an entry without it was
+cut by ``key-hash``): ``key-hash`` is ``pmod(hash(key columns), N)``; ``join`` is the partition
+that Spark's null-safe join on the key sends the key to among N, ``pmod(hash(coalesce(k,
+default), isnull(k), ...), N)`` (:func:`join_defaults`), which lets the join's partitions be the
+units (no second shuffle of every change)."""
+JOIN_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1"}
+"""Set (with ``spark.sql.shuffle.partitions`` = the units) while a ``join`` cut is planned and
+run, then restored: adaptive execution would coalesce or split the join's partitions, and a
+broadcast join keeps production's partitions, not the key's."""
 
 
 def unit_id(index: int, units: int) -> str:
@@ -109,14 +127,65 @@ def change_counts(df: DataFrame) -> tuple[int, int, int]:
     return (int(row["n"]), int(row["o"]), int(row["w"])) if row is not None else (0, 0, 0)
 
 
-def unit_of(key: list[str], units: int) -> Column:
-    """A change's unit: Spark's ``hash`` (murmur3, seed 42) of its key columns modulo ``units``:
-    computed in the JVM, the same in every attempt and every Spark version (bucketed tables rely
-    on it)."""
+def unit_of(key: list[str], units: int, defaults: list[Column] | None = None) -> Column:
+    """A change's unit: Spark's ``hash`` (murmur3, seed 42) of its key modulo ``units``, computed
+    in the JVM, the same in every attempt and every Spark version (bucketed tables rely on it).
+    Without ``defaults`` the ``key-hash`` cut (the key columns hashed); with them (one per key
+    column, :func:`join_defaults`) the ``join`` cut, the expressions of Spark's null-safe join."""
     # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
-    return F.pmod(F.hash(*[F.col(k) for k in key]), F.lit(units))
+    if defaults is None:
+        return F.pmod(F.hash(*[F.col(k) for k in key]), F.lit(units))
+    hashed = []
+    for k, default in zip(key, defaults, strict=True):
+        hashed += [F.coalesce(F.col(k), default), F.col(k).isNull()]
+    return F.pmod(F.hash(*hashed), F.lit(units))
+
+
+def join_defaults(schema: StructType, key: list[str]) -> list[Column] | None:
+    """What Spark's null-safe join hashes in place of a null key column (``Literal.default`` of
+    its type), per key column; None when a column's type is not one of these (floating point
+    keys are normalised by the join first, and nested types are not keys): the ``key-hash`` cut."""
+    # lazy: avoids pyspark at import
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    defaults = []
+    for k in key:
+        kind = schema[k].dataType
+        if isinstance(kind, T.ByteType | T.ShortType | T.IntegerType | T.LongType | T.DecimalType):
+            defaults.append(F.lit(0).cast(kind))
+        elif isinstance(kind, T.StringType) and kind == T.StringType():  # the default collation
+            defaults.append(F.lit(""))
+        elif isinstance(kind, T.BinaryType):
+            defaults.append(F.lit(bytearray()))
+        elif isinstance(kind, T.BooleanType):
+            defaults.append(F.lit(False))
+        elif isinstance(kind, T.DateType):
+            defaults.append(F.lit(date(1970, 1, 1)))
+        elif type(kind) is T.TimestampType:
+            defaults.append(F.lit(datetime(1970, 1, 1, tzinfo=UTC)))
+        else:
+            return None
+    return defaults
+
+
+def units_are_join_partitions(df: DataFrame, units: int) -> bool:
+    """Whether ``df`` (the changes, then row-by-row work) keeps the partitions of a join that
+    shuffled both sides into ``units`` partitions: one shuffled join, its two exchanges, no other
+    exchange and no adaptive execution. Spark Connect shows no plan: no."""
+    nodes = plan_nodes(df)
+    if nodes is None:
+        return False
+    names = [str(node.nodeName()) for node in nodes]
+    exchanges = [node for node, name in zip(nodes, names, strict=True) if name == "Exchange"]
+    return (
+        sum(name in ("SortMergeJoin", "ShuffledHashJoin") for name in names) == 1
+        and len(exchanges) == 2
+        and all(int(e.outputPartitioning().numPartitions()) == units for e in exchanges)
+        and not any(name in ("AdaptiveSparkPlan", "AQEShuffleRead", "BroadcastExchange") for name in names)
+    )
 
 
 MessagesOf = Callable[["pa.RecordBatch", "pa.Array", "pa.Array"], Messages]
@@ -134,6 +203,8 @@ class _Produce:
     units: int
     partitions: int
     done: frozenset[str]
+    in_join: bool = False
+    """The units are the join's partitions: a task's unit is its partition's index."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # lazy: avoids pyarrow at import
@@ -191,6 +262,16 @@ class _Produce:
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
         if low != high:  # a unit per Spark partition (run_units' labels): never two
             raise CompensateStageError(f"units {low} and {high} came to one task")
+        if self.in_join:
+            # lazy: pyspark's task context, in the task only
+            from pyspark import TaskContext
+
+            task = TaskContext.get()
+            if task is not None and task.partitionId() != low:  # the join cut its partitions otherwise
+                raise CompensateStageError(
+                    f"unit {low}'s changes came to the join's partition {task.partitionId()}: the units "
+                    "are not the join's partitions (nothing was written for this unit)"
+                )
         return int(low)
 
     def _open(self, index: int) -> Any:
@@ -283,28 +364,64 @@ def run_units(
     writer: UnitWriter,
     messages: MessagesOf,
     done: frozenset[str],
+    cut: str = "key-hash",
 ) -> list[UnitResult]:
-    """Step 3, for every unit of ``units`` that has changes and is not in ``done``.
+    """Step 3, for every unit of ``units`` that has changes and is not in ``done``; ``df`` is
+    :func:`changes`, not planned yet; ``cut`` one of :data:`CUTS`.
 
-    The changes are shuffled into one Spark partition per unit to write: a label per unit that
-    Spark's hash partitioning sends to the unit's own partition (:func:`_labels`), so that a
-    task holds exactly one unit and needs no sort; Spark runs the units' tasks as cores free up,
-    which balances them. The changes of units in ``done`` are left out before the shuffle."""
+    ``join``: the join is planned with one partition per unit (:data:`JOIN_CONF`) and, when its
+    partitions reach the tasks as they are (:func:`units_are_join_partitions`), each task writes
+    the unit of its partition's index. Otherwise the changes are shuffled into one Spark
+    partition per unit: a label per unit that Spark's hash partitioning sends to the unit's own
+    partition (:func:`_labels`). Either way a task holds exactly one unit and needs no sort;
+    Spark runs the units' tasks as cores free up, which balances them. The changes of units in
+    ``done`` are left out before any task writes."""
     # lazy: avoids pyspark at import
     from pyspark.sql import functions as F
 
     todo = [i for i in range(units) if unit_id(i, units) not in done]
     if not todo:
         return []
-    labels = _labels(len(todo))
-    slot = dict.fromkeys(range(units), -1) | {u: labels[j] for j, u in enumerate(todo)}
-    label = F.element_at(F.array(*[F.lit(slot[i]) for i in range(units)]), F.col(UNIT) + 1)
-    with_unit = df.withColumn(UNIT, unit_of(key, units)).withColumn(_LABEL, label)
-    if len(todo) < units:
-        with_unit = with_unit.where(F.col(_LABEL) >= 0)
-    produce: Any = _Produce(writer, messages, units, partitions, done)
+    defaults = join_defaults(df.schema, key) if cut == "join" else None
+    if cut == "join" and defaults is None:
+        raise CompensateStageError(f"the key {key} was cut by the join, but its types take no join cut now")
+    spark = df.sparkSession
+    saved = {name: spark.conf.get(name) for name in [*JOIN_CONF, "spark.sql.shuffle.partitions"]}
     try:
-        rows = with_unit.repartition(len(todo), _LABEL).mapInArrow(produce, RESULT_SCHEMA).collect()
+        if cut == "join":
+            for name, value in {**JOIN_CONF, "spark.sql.shuffle.partitions": str(units)}.items():
+                spark.conf.set(name, value)
+            with_unit = df.withColumn(UNIT, unit_of(key, units, defaults))
+            if len(todo) < units:
+                with_unit = with_unit.where(F.col(UNIT).isin(todo))
+            in_join: Any = _Produce(writer, messages, units, partitions, done, in_join=True)
+            job = with_unit.mapInArrow(in_join, RESULT_SCHEMA)
+            if units_are_join_partitions(job, units):
+                return _collect(job)
+            _restore(spark, saved)  # planned otherwise: the general path, as configured
+        labels = _labels(len(todo))
+        slot = dict.fromkeys(range(units), -1) | {u: labels[j] for j, u in enumerate(todo)}
+        label = F.element_at(F.array(*[F.lit(slot[i]) for i in range(units)]), F.col(UNIT) + 1)
+        with_unit = df.withColumn(UNIT, unit_of(key, units, defaults)).withColumn(_LABEL, label)
+        if len(todo) < units:
+            with_unit = with_unit.where(F.col(_LABEL) >= 0)
+        produce: Any = _Produce(writer, messages, units, partitions, done)
+        return _collect(with_unit.repartition(len(todo), _LABEL).mapInArrow(produce, RESULT_SCHEMA))
+    finally:
+        _restore(spark, saved)
+
+
+def _restore(spark: Any, saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            spark.conf.unset(name)
+        else:
+            spark.conf.set(name, value)
+
+
+def _collect(job: DataFrame) -> list[UnitResult]:
+    try:
+        rows = job.collect()
     except Exception as exc:
         if isinstance(exc, RewindError):
             raise

@@ -58,6 +58,7 @@ from rewind.spark.job_stage import (
     wave_source,
 )
 from rewind.spark.kafka_fetch import fetch_ranges
+from rewind.spark.physical_plan import plan_nodes, scala_seq
 from rewind.spark.sql_translate import VIEW, SqlTranslateError
 from rewind.spark.sql_wave_tasks import (
     ROW_BITS,
@@ -301,9 +302,10 @@ records (besides ``WholeStageCodegen``): one read of the view, then row-by-row w
 def runs_in_place(df: DataFrame) -> bool:
     """Whether ``df``'s physical plan keeps every row in the partition of the view it comes from:
     one view, only :data:`IN_PLACE_NODES`. A Spark Connect DataFrame shows no plan: no."""
-    if getattr(df, "_jdf", None) is None:
+    nodes = plan_nodes(df)
+    if nodes is None:
         return False
-    names = [str(node.nodeName()) for node in _plan_nodes(df)]
+    names = [str(node.nodeName()) for node in nodes]
     return (
         names.count("Range") == 1
         and names.count("MapInArrow") == 1
@@ -315,27 +317,13 @@ def columns_read(df: DataFrame, among: set[str]) -> set[str]:
     """The columns of ``among`` (the view's) that the operators of ``df``'s physical plan read,
     the view's own function and its input aside (a plan of :func:`runs_in_place`), or that it
     outputs (a column passed through untouched is read by no operator)."""
-    nodes = _plan_nodes(df)
-    names = {str(a.name()) for a in _seq(nodes[0].output())}
+    nodes = plan_nodes(df)
+    assert nodes is not None  # a plan of runs_in_place
+    names = {str(a.name()) for a in scala_seq(nodes[0].output())}
     for node in nodes:
         if str(node.nodeName()) not in ("MapInArrow", "Range"):
-            names |= {str(a.name()) for a in _seq(node.references().toSeq())}
+            names |= {str(a.name()) for a in scala_seq(node.references().toSeq())}
     return names & among
-
-
-def _plan_nodes(df: DataFrame) -> list[Any]:
-    """The nodes of ``df``'s physical plan (JVM objects), the root first."""
-    nodes, todo = [], [df._jdf.queryExecution().executedPlan()]
-    while todo:
-        node = todo.pop()
-        nodes.append(node)
-        todo += _seq(node.children())
-    return nodes
-
-
-def _seq(seq: Any) -> list[Any]:
-    """A Scala ``Seq`` seen through py4j, as a list."""
-    return [seq.apply(i) for i in range(seq.size())]
 
 
 def unit_tasks(units: tuple[WorkUnit, ...], whole_partitions: bool, per_task: int) -> list[list[int]]:
