@@ -507,8 +507,8 @@ def test_a_compensate_killed_after_its_final_marker_is_done_when_run_again(
     )
 
 
-# the key types the join cut knows (Spark's Literal.default of each): two rows a side, one key
-# only in production, one only in staging, a null key on both sides
+# the key types the join cut knows (Spark's Literal.default of each): three rows a side, one key
+# on both, one only in production, one only in staging, a null key on both sides
 JOIN_CUT_KEYS: list[tuple[str, list[Any]]] = [
     ("tinyint", [1, -7, 100]),
     ("smallint", [300, -2, 9]),
@@ -585,7 +585,7 @@ def test_a_compensate_planned_with_the_key_hash_cut_is_finished_with_it(
     """An interrupted compensate planned before units were cut as the join cuts them (its
     ``compensate-planned`` entry names no cut) is finished with the units it planned: each
     unit's keys are those of ``pmod(hash(key), units)``, not the join's; a new compensate cuts
-    by the join. Both reach the verified state."""
+    by the join. Both write every differing key once."""
     from pyspark.sql import functions as F
 
     from rewind.job.compensate import PLANNED, compensate_run
