@@ -117,6 +117,13 @@ class Case:
     production: dict[str, int]
     verified: dict[str, int]
 
+    def settings(self, bootstrap: str) -> Any:
+        """The case's settings against the broker at ``bootstrap``."""
+        return load_settings(
+            env={"REWIND_BOOTSTRAP_SERVERS": bootstrap, "REWIND_STATE_DIR": str(self.state)},
+            cwd=self.state.parent,
+        )
+
     @property
     def expected(self) -> tuple[dict[str, int], dict[str, int], list[str]]:
         return self.production, self.verified, self.differing
@@ -184,6 +191,19 @@ def make_case(tmp: Path, bootstrap: str, kind: str, pg_url: str | None = None) -
     return case
 
 
+def last_planned(settings: Any, run_id: str, topic: str) -> dict[str, Any]:
+    """The run's last ``compensate-planned`` audit entry for ``topic``."""
+    from rewind.job.compensate import PLANNED
+    from rewind.ledger import Ledger
+
+    with Ledger.open(settings.ledger) as ledger:
+        return next(
+            dict(e.details)
+            for e in reversed(ledger.audit_log(run_id))
+            if e.action == PLANNED and e.details.get("topic") == topic
+        )
+
+
 # one module-scoped case per sink, made once for both brokers (each its own fixture, so that
 # neither test's setup carries both cases' runs)
 @pytest.fixture(scope="module")
@@ -206,10 +226,7 @@ def test_applying_the_compensation_to_v1_reaches_the_verified_state(
     broker: TestBroker, kind: str, request: pytest.FixtureRequest
 ) -> None:
     case: Case = request.getfixturevalue(f"{kind}_case")
-    settings = load_settings(
-        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(case.state)},
-        cwd=case.state.parent,
-    )
+    settings = case.settings(broker.bootstrap)
     conf = settings.kafka_config()
     # both shapes on Iceberg; on SQLite the shape code is the same, one shape shows its rows
     for shape in ("retract-and-correct", "correction") if kind == "iceberg" else ("retract-and-correct",):
@@ -281,10 +298,7 @@ def test_a_missing_topic_is_refused_in_one_line_and_not_created(
     from rewind.job.compensate import CompensateRefused, compensate_run
     from rewind.kafka.clients import cluster_metadata
 
-    settings = load_settings(
-        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(iceberg_case.state)},
-        cwd=iceberg_case.state.parent,
-    )
+    settings = iceberg_case.settings(broker.bootstrap)
     conf = settings.kafka_config()
     missing = f"no-such-model-{uuid.uuid4().hex[:8]}"
     for dry_run in (True, False):
@@ -330,10 +344,7 @@ def test_a_killed_compensate_run_again_writes_every_message_once(
     from rewind.job.compensate import compensate_run
 
     broker.require(READ_COMMITTED)
-    settings = load_settings(
-        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(iceberg_case.state)},
-        cwd=iceberg_case.state.parent,
-    )
+    settings = iceberg_case.settings(broker.bootstrap)
     conf = settings.kafka_config()
     out = f"stock-model-{uuid.uuid4().hex[:8]}"
     create_topic(conf, out, OUT_PARTITIONS)
@@ -404,10 +415,7 @@ def test_a_postgres_compensate_read_in_tasks_writes_what_the_driver_read_wrote(
     from rewind.sinks.sql import sides
 
     case = postgres_case
-    settings = load_settings(
-        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(case.state)},
-        cwd=case.state.parent,
-    )
+    settings = case.settings(broker.bootstrap)
     conf = settings.kafka_config()
     monkeypatch.setattr(sides, "SLICE_PAGES", 1)  # a slice per page: more than one task per side
 
@@ -483,21 +491,14 @@ def test_a_compensate_killed_after_its_final_marker_is_done_when_run_again(
     from rewind.job.compensate import PLANNED, compensate_run
     from rewind.ledger import Ledger
 
-    settings = load_settings(
-        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(iceberg_case.state)},
-        cwd=iceberg_case.state.parent,
-    )
+    settings = iceberg_case.settings(broker.bootstrap)
     conf = settings.kafka_config()
     out = f"stock-model-{uuid.uuid4().hex[:8]}"
     create_topic(conf, out, OUT_PARTITIONS)
     done = compensate_run(settings, iceberg_case.run_id, out)
+    planned = last_planned(settings, iceberg_case.run_id, out)
     with Ledger.open(settings.ledger) as ledger:  # as if the process died before "compensated"
-        planned = next(
-            e.details
-            for e in reversed(ledger.audit_log(iceberg_case.run_id))
-            if e.action == PLANNED and e.details.get("topic") == out
-        )
-        ledger.audit(iceberg_case.run_id, PLANNED, dict(planned))
+        ledger.audit(iceberg_case.run_id, PLANNED, planned)
     again = compensate_run(settings, iceberg_case.run_id, out)
     assert again["already_done"] and len(read_topic(conf, out)) == done["messages"] + done["units"] + 1
     assert (again["keys"], again["messages"], again["counts"]) == (
@@ -593,10 +594,7 @@ def test_a_compensate_planned_with_the_key_hash_cut_is_finished_with_it(
     from rewind.ledger import Ledger
     from rewind.spark.compensate_stage import unit_id
 
-    settings = load_settings(
-        env={"REWIND_BOOTSTRAP_SERVERS": broker.bootstrap, "REWIND_STATE_DIR": str(iceberg_case.state)},
-        cwd=iceberg_case.state.parent,
-    )
+    settings = iceberg_case.settings(broker.bootstrap)
     conf = settings.kafka_config()
     keys = spark.createDataFrame([(k,) for k in iceberg_case.differing], "sku string")
 
@@ -608,15 +606,11 @@ def test_a_compensate_planned_with_the_key_hash_cut_is_finished_with_it(
     for topic in topics.values():
         create_topic(conf, topic, OUT_PARTITIONS)
     joined = compensate_run(settings, iceberg_case.run_id, topics["join"], unit_messages=4)
-    with Ledger.open(settings.ledger) as ledger:
-        planned = next(
-            e.details
-            for e in reversed(ledger.audit_log(iceberg_case.run_id))
-            if e.action == PLANNED and e.details.get("topic") == topics["join"]
-        )
-        assert planned["cut"] == "join" and planned["units"] > 2
-        earlier = {k: v for k, v in planned.items() if k != "cut"} | {"topic": topics["key-hash"]}
-        ledger.audit(iceberg_case.run_id, PLANNED, earlier)  # as an earlier Rewind planned it
+    planned = last_planned(settings, iceberg_case.run_id, topics["join"])
+    assert planned["cut"] == "join" and planned["units"] > 2
+    earlier = {k: v for k, v in planned.items() if k != "cut"} | {"topic": topics["key-hash"]}
+    with Ledger.open(settings.ledger) as ledger:  # as an earlier Rewind planned it
+        ledger.audit(iceberg_case.run_id, PLANNED, earlier)
     hashed = compensate_run(settings, iceberg_case.run_id, topics["key-hash"])
     units = int(planned["units"])
     join_hash = F.hash(F.coalesce(F.col("sku"), F.lit("")), F.col("sku").isNull())
