@@ -9,6 +9,11 @@ Its Python workers run this interpreter with the repository on ``PYTHONPATH``, s
 import Rewind and the ``tests.*`` translate functions the specs name, as a user's server must
 import theirs. ``REWIND_TEST_SPARK_REMOTE=sc://host:port`` uses a server already running
 instead (its workers must import the same).
+
+The interpreter is named through a wrapper, :func:`late_python`, that can make one Python
+worker late on purpose: a fault test touches :func:`late_worker_marker` and the next
+foreachBatch worker the server starts misses Spark's fixed wait for it to connect back, as
+a worker on a loaded machine does.
 """
 
 from __future__ import annotations
@@ -43,7 +48,32 @@ def java_missing() -> str | None:
     return None
 
 
-def server_command(port: int) -> list[str]:
+LATE_WORKER_MODULE = "pyspark.sql.connect.streaming.worker.foreach_batch_worker"
+LATE_BY_S = 15  # Spark waits 10 s for a worker to connect back (PythonWorkerFactory)
+
+
+def late_worker_marker(folder: Path) -> Path:
+    """Touch it and the next foreachBatch worker of the server started in ``folder`` is late."""
+    return folder / "late-foreach-batch-worker"
+
+
+def late_python(folder: Path) -> Path:
+    """This interpreter behind a script that, once :func:`late_worker_marker` exists, takes it
+    away and lets the next foreachBatch worker start :data:`LATE_BY_S` seconds late (then
+    exit: Spark has given up on it); every other start runs Python at once."""
+    script = folder / "python"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *{LATE_WORKER_MODULE}*)\n'
+        f"  if rm '{late_worker_marker(folder)}' 2>/dev/null; then sleep {LATE_BY_S}; exit 1; fi;;\n"
+        "esac\n"
+        f"exec '{sys.executable}' \"$@\"\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def server_command(port: int, python: str = sys.executable) -> list[str]:
     log4j = (REPO / "src/rewind/spark/log4j2.properties").as_uri()
     # the same jars as a local session's: Spark's class archive maps into this JVM too (start to
     # a first answer measured 5.5 s -> 2.8 s on a 2-core machine)
@@ -60,7 +90,7 @@ def server_command(port: int) -> list[str]:
         "spark.python.worker.reuse": "true",
         # workers forked with Rewind's task modules imported, as a local session's are
         "spark.python.daemon.module": "rewind.spark.daemon",
-        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.python": python,
     }
     cmd = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", "local[2]"]
     for key, value in conf.items():
@@ -76,6 +106,7 @@ def spark_connect_server(folder: Path, timeout_s: float = 180) -> Iterator[str]:
         return
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    python = str(late_python(folder))
     venv_bin = str(Path(sys.executable).parent)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("REWIND_")},
@@ -83,13 +114,17 @@ def spark_connect_server(folder: Path, timeout_s: float = 180) -> Iterator[str]:
         "SPARK_HOME": str(SPARK_HOME),
         "SPARK_LOG_DIR": str(folder),
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_PYTHON": python,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     }
     log = folder / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            server_command(port), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            server_command(port, python),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + timeout_s

@@ -32,7 +32,7 @@ from rewind.spec import parse_spec
 from tests import fold_fixtures as ff
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
-from tests.spark_connect import java_missing, spark_connect_server
+from tests.spark_connect import EXTERNAL_REMOTE, java_missing, late_worker_marker, spark_connect_server
 
 PARTITIONS = 2
 RECORDS = 400
@@ -462,7 +462,9 @@ def _wait_hw(settings: Settings, table: str, want: dict[tuple[str, int], int], c
 @pytest.fixture(scope="module")
 def archives(world: World) -> tuple[str, str, str]:
     """A topic archived continuously on Spark Connect (a catch-up pass, then micro-batches of
-    records produced while it runs, stopped with Ctrl-C), and in one local pass."""
+    records produced while it runs, stopped with Ctrl-C), and in one local pass. The server's
+    first foreachBatch worker for it starts too late to connect back (on a server this module
+    started), so the stream's start fails once and is retried."""
     from rewind.history.archive import archive_once
     from tests.test_archive import produce as produce_records
 
@@ -471,6 +473,8 @@ def archives(world: World) -> tuple[str, str, str]:
     create_topic(conf, topic, PARTITIONS)
     produce_records(conf, topic, PARTITIONS, 0, 200)
     remote_table, local_table = "hist.remote", "hist.local"
+    if not EXTERNAL_REMOTE:
+        late_worker_marker(world.tmp / "connect").touch()
     child = subprocess.Popen(
         [
             jf.REWIND_BIN,
@@ -508,6 +512,18 @@ def archives(world: World) -> tuple[str, str, str]:
 
     archive_once(world.settings, [topic], local_table)
     return topic, remote_table, local_table
+
+
+def test_a_stream_whose_foreach_batch_worker_was_late_starts_on_a_retry(
+    world: World, archives: tuple[str, str, str]
+) -> None:
+    if EXTERNAL_REMOTE:
+        pytest.skip("the late worker is staged on a server this module starts")
+    assert not late_worker_marker(world.tmp / "connect").exists(), "the late worker was never started"
+    log = (world.settings.state_path / "rewind.log").read_text()
+    retried = [line for line in log.splitlines() if "continuous archive of hist.remote failed" in line]
+    assert len(retried) == 1, log[-3000:]
+    assert "Python worker failed to connect back" in retried[0] and "restart 1 " in retried[0]
 
 
 def test_the_continuous_archive_equals_a_local_pass(world: World, archives: tuple[str, str, str]) -> None:

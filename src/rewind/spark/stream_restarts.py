@@ -13,6 +13,12 @@ logged with its cause (WARNING, one line), counted in the Prometheus counter
 shadow records it in the ledger, where ``rewind shadow status`` shows it). After
 ``max_restarts`` restarts within ``window_s`` the supervisor gives up: :meth:`error` returns a
 one-line :class:`StreamGaveUp` naming the last cause.
+
+Starting the query can fail for the same transient reason: a Python worker that Spark starts
+while the query is set up (the data source's planner; under Spark Connect, the foreachBatch
+runner) must connect back within a fixed 10 s, and a loaded machine misses that. Such a
+start is retried under the same policy; any other failed start (bad options, a missing table)
+is raised at once, since no restart would cure it.
 """
 
 from __future__ import annotations
@@ -114,10 +120,21 @@ class StreamSupervisor:
         self._start, self._on_restart, self._poll_s = start, on_restart, poll_s
         self._stopping = threading.Event()
         self._gave_up: StreamGaveUp | None = None
-        self.query: StreamingQuery = start()
+        self.query: StreamingQuery = self._first_start()
         self._restart_error: BaseException | None = None
         self._thread = threading.Thread(target=self._watch, name=f"restart {stream}", daemon=True)
         self._thread.start()
+
+    def _first_start(self) -> StreamingQuery:
+        """The query, started again after a start that failed only transiently (see the module
+        docstring); raises the first other failure, or :class:`StreamGaveUp`."""
+        while True:
+            try:
+                return self._start()
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                time.sleep(self.restarts.after_failure(exc))
 
     @property
     def count(self) -> int:
@@ -162,6 +179,16 @@ class StreamSupervisor:
         self._thread.join(timeout=30)
         if self.query.isActive:
             self.query.stop()
+
+
+TRANSIENT_CAUSES = ("Python worker failed to connect back",)
+"""Failures of a query's start that a later start does not repeat."""
+
+
+def transient(error: BaseException) -> bool:
+    """Whether a failed start is worth starting again (:data:`TRANSIENT_CAUSES`)."""
+    text = str(error)
+    return any(cause in text for cause in TRANSIENT_CAUSES)
 
 
 def _failure(query: StreamingQuery) -> object | None:
