@@ -24,6 +24,9 @@ from pathlib import Path
 import pytest
 
 from rewind.config import load_settings
+from rewind.job.realtime import recorded_speed
+from rewind.job.service import open_ledger
+from rewind.ops.metrics import RunCollector
 from tests import job_fixtures as jf
 from tests.conftest import free_port
 from tests.kafka_util import create_topic, writing
@@ -39,6 +42,7 @@ LINE = re.compile(
     r"(?:, (?P<multiple>[\d.,]+)x real-time \(live (?P<live>[\d.,]+) rec/s\))?"
 )
 LIVE_RATE = 40  # records per second written live while the run reads at RATE: 10x real-time
+REPORTED = re.compile(r"^  [\d.,]+x real-time \(live [\d.,]+ rec/s\) over \d+s$", re.MULTILINE)
 
 
 def scrape(port: int) -> str:
@@ -71,7 +75,10 @@ def test_a_run_shows_its_id_then_live_progress_and_metrics_during_its_wave(
     spec = jf.write_spec(
         tmp_path / "orders.yaml",
         jf.order_spec(
-            "orders-live", topic, "live.orders", unit_records=UNIT_RECORDS,
+            "orders-live",
+            topic,
+            "live.orders",
+            unit_records=UNIT_RECORDS,
             guards={"max_records_per_second": RATE},
             # the window ends where the produced orders do: the live writer appends after it
             source={"kafka": {"topics": [topic], "to": {topic: {"0": RECORDS // 2, "1": RECORDS // 2}}}},
@@ -82,7 +89,11 @@ def test_a_run_shows_its_id_then_live_progress_and_metrics_during_its_wave(
     writer.__enter__()
     proc = subprocess.Popen(
         [jf.REWIND_BIN, "run", str(spec), "--metrics-port", str(port), "--metrics-address", ADDRESS],
-        cwd=tmp_path, env=jf.child_env(settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=jf.child_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: list[tuple[float, str]] = []  # stderr lines with the time they came
 
@@ -164,3 +175,27 @@ def test_a_run_shows_its_id_then_live_progress_and_metrics_during_its_wave(
     assert measured[-1]["rewind_realtime_multiple"] == pytest.approx(
         measured[-1]["rewind_records_per_second"] / measured[-1]["rewind_live_records_per_second"]
     )
+
+    # the report's speed is the whole run's, measured over it: the records it read over the
+    # seconds from its start to its end (Spark's start-up included), against the writer's rate;
+    # the ledger keeps it, and the run's metrics (what --pushgateway pushes) carry it
+    report = REPORTED.search(stdout)
+    assert report, stdout
+    with open_ledger(settings) as ledger:
+        speed = recorded_speed(ledger, run_id)
+    assert speed is not None and speed["summary"] == report.group(0).strip(), (speed, stdout)
+    assert LIVE_RATE * 0.6 <= speed["live_records_per_second"] <= LIVE_RATE * 1.4, speed
+    assert speed["records_per_second"] == pytest.approx(RECORDS / speed["over_s"], rel=0.01), speed
+    assert speed["multiple"] == pytest.approx(
+        speed["records_per_second"] / speed["live_records_per_second"], rel=0.01
+    )
+    assert speed["records_per_second"] < RATE  # the guard held the reading, and the start adds seconds
+    collector = RunCollector(settings, run_id)
+    try:
+        families = {f.name: f for f in collector.collect()}
+    finally:
+        collector.close()
+    assert [s.value for s in families["rewind_run_realtime_multiple"].samples] == [speed["multiple"]]
+    assert [s.value for s in families["rewind_run_live_records_per_second"].samples] == [
+        speed["live_records_per_second"]
+    ]

@@ -203,7 +203,8 @@ def test_prometheus_scrapes_the_run_and_the_pushgateway_holds_it(
         ],
     )
     assert result.exit_code == 0, result.output
-    run_id = json.loads(result.stdout)["run_id"]
+    outcome = json.loads(result.stdout)
+    run_id = outcome["run_id"]
     with open_ledger(settings) as ledger:
         units = ledger.units(run_id)
         totals = ledger.unit_counts(run_id)
@@ -241,6 +242,13 @@ def test_prometheus_scrapes_the_run_and_the_pushgateway_holds_it(
     assert measured == {"kafka": float(_topic_bytes(conf, topic_name, {0: 300, 1: 300}))}
     lag = {s.labels["group"]: s.value for s in pushed["rewind_live_group_lag_sum"].samples}
     assert lag == {group: 70.0}
+    # nothing was written to the topic while the run read: a live rate of 0, no multiple
+    assert outcome["live"]["live_records_per_second"] == 0 and outcome["live"]["multiple"] is None
+    assert "no live writes" in outcome["live"]["summary"]
+    pushed_live = [(s.labels["run"], s.value) for s in pushed["rewind_run_live_records_per_second"].samples]
+    assert pushed_live == [(run_id, 0.0)]
+    no_multiple = pushed.get("rewind_run_realtime_multiple")  # an empty family may not be kept
+    assert no_multiple is None or no_multiple.samples == []
 
     prom = monitoring["prom"]
     series = _until(prom, f'rewind_records_read_total{{run="{run_id}",job="metered"}}', 2)

@@ -14,7 +14,9 @@ a look before its own work, one after it, ``live.interval_s`` apart) and keeps, 
 
 Measuring never fails a plan: a broker that does not answer leaves ``error`` and no rate.
 ``rewind readiness`` judges these numbers (:func:`rewind.core.live_speed.judge`); a run measures
-the live rate again while it reads (:func:`run_meter`).
+the live rate again while it reads (:func:`run_meter`), and once over its whole execution
+(:func:`first_look` as it starts, :func:`run_speed` as it ends): the multiple its report, its
+ledger audit (``live-speed``) and its pushed metrics carry is the measured one, not the plan's.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from rewind.core.live_speed import describe_speed, expected_eta, expected_rate, 
 from rewind.kafka.live_rate import (
     LiveRateProbe,
     LogEndMeter,
+    LogEnds,
     first_timestamps,
+    look,
+    rate_between,
     retention_of,
     topic_partitions,
 )
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
     from rewind.core.units import WorkUnit
     from rewind.core.windows import TP
     from rewind.job.plan import JobPlan
+    from rewind.ledger import Ledger
     from rewind.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -140,14 +146,64 @@ def planned_live(plan: JobPlan) -> dict[str, Any]:
     return dict((plan.estimates.get("cost") or {}).get("live") or {})
 
 
+def _watched(settings: Settings, plan: JobPlan) -> list[TP]:
+    """The partitions the plan watched (none when it watched none or measuring is off)."""
+    watched = planned_live(plan).get("partitions") or {}
+    if settings.live.interval_s <= 0:
+        return []
+    return [(name.rpartition("/")[0], int(name.rpartition("/")[2])) for name in watched]
+
+
 def run_meter(settings: Settings, plan: JobPlan) -> LogEndMeter | None:
     """A meter of the live rate while ``plan`` runs: the partitions the plan watched, looked at
     every ``live.interval_s`` (None when the plan watched none or measuring is off)."""
-    watched = planned_live(plan).get("partitions") or {}
-    if settings.live.interval_s <= 0 or not watched:
+    partitions = _watched(settings, plan)
+    return LogEndMeter(settings.kafka_config(), partitions, settings.live.interval_s) if partitions else None
+
+
+def first_look(settings: Settings, plan: JobPlan) -> LogEnds | None:
+    """The log ends of the partitions the plan watched, as an execution of it starts (None:
+    nothing watched, measuring off, or the broker did not answer): :func:`run_speed` measures
+    from here."""
+    partitions = _watched(settings, plan)
+    if not partitions:
         return None
-    partitions = [(name.rpartition("/")[0], int(name.rpartition("/")[2])) for name in watched]
-    return LogEndMeter(settings.kafka_config(), partitions, settings.live.interval_s)
+    try:
+        return look(settings.kafka_config(), partitions)
+    except Exception as exc:  # a run must not fail for a number it only reports
+        log.warning("the run's speed against the live stream is not measured: %s", exc)
+        return None
+
+
+def run_speed(settings: Settings, first: LogEnds | None, records: int) -> dict[str, Any] | None:
+    """An execution's speed against the live stream, measured as it ends: the ``records`` it read
+    over the seconds since ``first`` (Spark's start-up included: what the run took), the topics'
+    live rate over the same seconds, and the first as a multiple of the second (None: no live
+    writes). None when nothing was measured."""
+    if first is None:
+        return None
+    try:
+        live = rate_between(first, look(settings.kafka_config(), first.highs))
+    except Exception as exc:  # a run must not fail for a number it only reports
+        log.warning("the run's speed against the live stream is not measured: %s", exc)
+        return None
+    rate = records / live.seconds
+    return {
+        "records_per_second": round(rate, 3),
+        "live_records_per_second": round(live.records_per_second, 3),
+        "multiple": _round(multiple(rate, live.records_per_second)),
+        "over_s": round(live.seconds, 3),
+        "summary": f"{describe_speed(rate, live.records_per_second)} over {live.seconds:.0f}s",
+    }
+
+
+SPEED_AUDIT = "live-speed"
+
+
+def recorded_speed(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
+    """The last execution's :func:`run_speed`, as the run's ``live-speed`` audit entry holds it."""
+    found = [a.details for a in ledger.audit_log(run_id) if a.action == SPEED_AUDIT]
+    return dict(found[-1]) if found else None
 
 
 def _round(value: float | None) -> float | None:

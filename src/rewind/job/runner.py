@@ -53,7 +53,7 @@ from rewind.job.event_wave import run_event_wave
 from rewind.job.finalize import finalize_run, parts_in_scratch, parts_sink
 from rewind.job.live import LiveProgress
 from rewind.job.merge import merge_run
-from rewind.job.realtime import planned_live, run_meter
+from rewind.job.realtime import SPEED_AUDIT, first_look, planned_live, run_meter, run_speed
 from rewind.job.retention import OffsetsLostError, check_still_in_kafka
 from rewind.job.stages import (
     Conclude,
@@ -75,6 +75,7 @@ from rewind.spark.ratelimit import default_state_dir, remove_shared_state
 if TYPE_CHECKING:
     from rewind.config import Settings
     from rewind.job.plan import JobPlan
+    from rewind.kafka.live_rate import LogEnds
     from rewind.ledger import Ledger, LedgerUnavailable
     from rewind.sinks.base import Staging, StagingSink
     from rewind.spec import JobSpec
@@ -100,10 +101,13 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)
     folded: dict[str, Any] | None = None
     merged: dict[str, int] | None = None
+    live: dict[str, Any] | None = None
+    """This execution's speed against the live stream (:func:`rewind.job.realtime.run_speed`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **({"folded": self.folded} if self.folded is not None else {}),
+            **({"live": self.live} if self.live is not None else {}),
             **({"merged": self.merged} if self.merged is not None else {}),
             "run_id": self.run_id,
             "state": self.state,
@@ -170,6 +174,7 @@ def execute(
         live_meter=run_meter(settings, plan) if watched else None,
     )
     live.run_started(_progress(ledger, plan, run_id, started))  # the run id first, before Spark starts
+    run = _RunContext(log_ends=first_look(settings, plan))
     sink = make_sink(settings, spec)
     interrupts = _Interrupts(settings)
     waiting = {u.unit_id for u in ledger.pending_units(run_id)}
@@ -180,7 +185,6 @@ def execute(
         done=[u.id for u in plan.units if u.id not in waiting],
     )
     units = {u.id: u for u in plan.units}
-    run = _RunContext()
     lineage = JobRun(settings, spec, plan.plan_id, run_id, quarantine_table(spec)).start()  # docs/lineage.md
     try:
         with contextlib.ExitStack() as held:
@@ -275,7 +279,7 @@ def execute(
                     from rewind.job.held import check_staging_held  # a broker may lose what it acknowledged
 
                     check_staging_held(ledger, sink, run.staging, run_id)
-                    outcome = _conclude(ledger, plan, run_id, run, started)
+                    outcome = _conclude(settings, ledger, plan, run_id, run, started)
                     lineage.complete(outcome.counts.to_dict(), run.bytes_read, outcome.staging)
                     return outcome
         raise AssertionError("the stages of a run end with Conclude")  # plan_stages guarantees it
@@ -333,6 +337,8 @@ class _RunContext:
     """Record bytes this execution read per source (``kafka``, ``archive``): a resume counts its own."""
     before: RecordCounts = field(default_factory=RecordCounts)
     """The counts of the units done before this execution's waves (:mod:`rewind.job.quarantine_guard`)."""
+    log_ends: LogEnds | None = None
+    """The log ends of the topics read as this execution started (its speed against them)."""
 
     def unit_target(self, sink: StagingSink[Any]) -> tuple[StagingSink[Any], Staging]:
         if self.parts is not None:
@@ -345,8 +351,11 @@ class _RunContext:
         return self.qsink, self.qstaging
 
 
-def _conclude(ledger: Ledger, plan: JobPlan, run_id: str, run: _RunContext, started: float) -> RunOutcome:
-    """The last stage: the conservation law over the whole run, then ``succeeded``."""
+def _conclude(
+    settings: Settings, ledger: Ledger, plan: JobPlan, run_id: str, run: _RunContext, started: float
+) -> RunOutcome:
+    """The last stage: the conservation law over the whole run, this execution's speed against
+    the live stream (audited as ``live-speed``), then ``succeeded``."""
     counts = ledger.unit_counts(run_id).counts
     if run.merged is not None:  # the merge's decisions, one per output row
         counts = counts.merge(RecordCounts(merge_decisions=run.merged))
@@ -358,6 +367,9 @@ def _conclude(ledger: Ledger, plan: JobPlan, run_id: str, run: _RunContext, star
             f"{counts.quarantined} + filtered {counts.filtered}{merged_text}"
         )
     _forget_pacing(run_id)
+    speed = run_speed(settings, run.log_ends, counts.records_read - run.before.records_read)
+    if speed is not None:
+        ledger.audit(run_id, SPEED_AUDIT, speed)
     ledger.set_state(run_id, "succeeded", totals=counts.to_dict())
     ledger.audit(run_id, "run-succeeded", {**counts.to_dict(), "bytes_read": run.bytes_read})
     assert run.staging is not None
@@ -373,6 +385,7 @@ def _conclude(ledger: Ledger, plan: JobPlan, run_id: str, run: _RunContext, star
         run.waves,
         folded=run.folded,
         merged=run.merged,
+        live=speed,
     )
 
 INTERRUPTED = "interrupted (Ctrl-C); `rewind resume` continues"

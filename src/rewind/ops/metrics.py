@@ -23,6 +23,10 @@ Families (``_total`` counters; labels ``job`` = the spec's name, ``run`` = the r
   summed over its tasks: :mod:`rewind.spark.stage_clock`) and ``commit`` (quarantine, sink and
   ledger commits in the driver); buckets in seconds, ``_bucket{le}``/``_sum``/``_count``
 * ``rewind_live_group_lag{group,topic,partition}`` and ``rewind_live_group_lag_sum{group}``
+* once the run succeeded: ``rewind_run_live_records_per_second{job,run}`` (the topics' live
+  produce rate over the run) and ``rewind_run_realtime_multiple{job,run}`` (the run's read rate
+  as a multiple of it; no series without live writes), as :func:`rewind.job.realtime.run_speed`
+  measured them
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from rewind.core.counts import flatten_reasons
 from rewind.errors import RewindError
 from rewind.job.merge import recorded_merge
+from rewind.job.realtime import recorded_speed
 from rewind.kafka.groups import committed_offsets, log_bounds
 from rewind.ops.readiness import LIVE_LAG
 from rewind.secrets import mask_url
@@ -194,6 +199,7 @@ class RunCollector:
             measured.add_metric([job, run, source], n)
         yield from (read, rows, quarantined, filtered, nbytes, measured, units, planned)
         yield from self._merge(job, run)
+        yield from self._speed(job, run)
         stages = HistogramMetricFamily(
             "rewind_stage_duration_seconds",
             "Seconds per wave, by stage (task seconds summed over the wave's tasks; commit: the driver's)",
@@ -218,6 +224,28 @@ class RunCollector:
                 total.add_metric([group], sum(parts.values()))
             yield lag
             yield total
+
+    def _speed(self, job: str, run: str) -> Iterator[Any]:
+        # lazy: avoids prometheus_client at import
+        from prometheus_client.core import GaugeMetricFamily
+
+        speed = recorded_speed(self.ledger, run)
+        if speed is None:
+            return
+        live = GaugeMetricFamily(
+            "rewind_run_live_records_per_second",
+            "Records per second written to the topics the run read, over the run (log ends' growth)",
+            labels=["job", "run"],
+        )
+        live.add_metric([job, run], float(speed["live_records_per_second"]))
+        times = GaugeMetricFamily(
+            "rewind_run_realtime_multiple",
+            "The run's read rate as a multiple of the live produce rate over the run (x real-time)",
+            labels=["job", "run"],
+        )
+        if speed.get("multiple") is not None:  # no live writes: nothing to outrun, no series
+            times.add_metric([job, run], float(speed["multiple"]))
+        yield from (live, times)
 
     def _merge(self, job: str, run: str) -> Iterator[Any]:
         # lazy: avoids prometheus_client at import
