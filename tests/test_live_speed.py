@@ -30,7 +30,7 @@ from rewind.core.live_speed import (
 from rewind.job.live import LiveProgress
 from rewind.ledger.shadows import ShadowEvent
 from rewind.progress import CliConsole
-from rewind.shadow.lag import tail_speed
+from rewind.shadow.lag import judge_tail, tail_speed
 from tests.conftest import free_port
 
 COST = {
@@ -151,6 +151,57 @@ def test_a_shadow_tail_speed_is_its_positions_growth_over_the_log_ends_growth() 
     assert tail_speed(idle)["multiple"] is None  # type: ignore[index]
     assert "no live writes" in tail_speed(idle)["summary"]  # type: ignore[index]
     assert tail_speed(samples[:1]) is None
+
+
+def tail(rate: float, live: float, over_s: float = 60.0) -> dict[str, object]:
+    """A tail_speed result: records per second read, written live, over ``over_s``."""
+    return {
+        "records_per_second": rate,
+        "live_records_per_second": live,
+        "multiple": multiple(rate, live),
+        "over_s": over_s,
+        "summary": f"tail {rate:,.0f} rec/s, {describe_speed(rate, live)} over {over_s:.0f}s",
+    }
+
+
+def test_a_tail_behind_is_red_when_it_cannot_gain_and_yellow_below_the_multiple() -> None:
+    assert judge_tail(None, False, 5_000, 10.0) is None  # not measured yet: nothing to judge
+    caught = judge_tail(tail(20, 20), True, 3, 10.0)
+    assert caught is not None and caught.status == "ok" and "caught up" in caught.detail  # ~1x is right
+    losing = judge_tail(tail(150, 200), False, 40_000, 10.0)
+    assert losing is not None and losing.status == "red"
+    assert "cannot shrink" in losing.detail and "40,000" in losing.detail
+    slow = judge_tail(tail(1_540, 200), False, 182_000, 10.0)
+    assert slow is not None and slow.status == "yellow"
+    assert slow.detail == (
+        "7.7x real-time over the last 60s, below 10.0x (live.min_multiple): 182,000 records behind, "
+        "caught up in about 2m 16s"
+    )
+    fast = judge_tail(tail(4_000, 200), False, 38_000, 10.0)
+    assert fast is not None and fast.status == "ok" and fast.detail.endswith("caught up in about 10.0s")
+    quiet = judge_tail(tail(500, 0), False, 1_000, 10.0)  # no live writes: it only gains
+    assert quiet is not None and quiet.status == "ok" and "no live writes" in quiet.detail
+    stalled = judge_tail(tail(0, 0), False, 1_000, 10.0)  # reads nothing, nothing written
+    assert stalled is not None and stalled.status == "red"
+
+
+@given(
+    st.floats(0, 1e5),
+    st.floats(0, 1e4),
+    st.integers(0, 10**9),
+    st.floats(min_value=1, max_value=100),
+    st.floats(min_value=1, max_value=100),
+)
+def test_a_faster_tail_is_never_judged_worse(
+    rate: float, live: float, lag: int, floor: float, speedup: float
+) -> None:
+    verdict = judge_tail(tail(rate, live), False, lag, floor)
+    assert verdict is not None
+    red = rate <= live
+    yellow = not red and live > 0 and rate / live < floor
+    assert verdict.status == ("red" if red else "yellow" if yellow else "ok")
+    faster = judge_tail(tail(rate * speedup, live), False, lag, floor)
+    assert faster is not None and RANK[faster.status] <= RANK[verdict.status]
 
 
 def progress(read: int, rate: float | None, live: float | None) -> RunProgress:

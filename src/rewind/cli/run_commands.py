@@ -304,7 +304,7 @@ def _render_outcome(console: Console, d: dict[str, Any]) -> None:
     for reason, count in (d.get("quarantine_reasons") or {}).items():
         console.print(f"  quarantined {count:,}: {reason}")
     if d.get("live"):
-        console.print(f"  {d['live']['summary']}", markup=False, highlight=False)
+        console.print(f"  {d['live']['summary']}")
     if d.get("folded"):
         console.print(f"  {_folded(d['folded'])}")
     if d.get("merged"):

@@ -98,8 +98,12 @@ def status(
             console.print(hist)
         word = "[bold green]caught-up[/]" if d["caught_up"] else "[yellow]not caught up[/]"
         console.print(f"[bold]shadow {d['shadow']}[/] is {d['state']}: {word} ({d['caught_up_reason']})")
-        if d.get("speed"):
-            console.print(d["speed"]["summary"], markup=False, highlight=False)
+        speed = d.get("speed")
+        if speed:
+            console.print(speed["summary"], markup=False, highlight=False)
+            if speed.get("verdict"):
+                color = {"ok": "green", "yellow": "yellow", "red": "red"}[speed["status"]]
+                console.print(f"[{color}]speed {speed['status']}[/]: {speed['verdict']}")
 
     output(json_out).result(shadow_status(_settings(), name, history=history), render)
 

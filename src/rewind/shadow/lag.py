@@ -9,6 +9,9 @@ that old) had every partition's lag against the log end at most ``lag_threshold`
 The tail's speed is read off the same samples (:func:`tail_speed`): v2's positions' growth per
 second against the log ends' growth, as a multiple of it ("x real-time", as a replay's plan and
 progress show it). A tail that has caught up can only read as fast as records arrive (~1x).
+:func:`judge_tail` says whether a tail that has not caught up will: red when it reads no faster
+than the topic is written (its lag cannot shrink), yellow below ``live.min_multiple``, with the
+time left to catch up at the measured rates.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from rewind.core.live_speed import describe_speed, multiple
+from rewind.core.cost import human_seconds
+from rewind.core.live_speed import Verdict, describe_speed, format_multiple, multiple
 from rewind.kafka import groups
 from rewind.shadow.positions import coverage
 
@@ -125,3 +129,31 @@ def tail_speed(samples: Sequence[ShadowEvent], window_s: float = SPEED_WINDOW_S)
         "over_s": round(seconds, 3),
         "summary": f"tail {tail:,.0f} rec/s, {describe_speed(tail, live)} over {seconds:.0f}s",
     }
+
+
+def judge_tail(
+    speed: Mapping[str, Any] | None, caught_up: bool, lag: int, min_multiple: float
+) -> Verdict | None:
+    """Whether the tail keeps up (see the module docstring); None before its speed is measured."""
+    if speed is None:
+        return None
+    if caught_up:
+        return Verdict("ok", "caught up: it reads records as they arrive")
+    tail, live = float(speed["records_per_second"]), float(speed["live_records_per_second"])
+    m = speed.get("multiple")
+    over = f"over the last {float(speed['over_s']):.0f}s"
+    if tail <= live:
+        return Verdict(
+            "red",
+            f"the tail reads {tail:,.0f} rec/s, no faster than the topic is written ({live:,.0f} rec/s) "
+            f"{over}: its lag of {lag:,} records cannot shrink; give the tail more resources "
+            "(Spark's cores; shadow.max_offsets_per_trigger raised or removed)",
+        )
+    left = f"{lag:,} records behind, caught up in about {human_seconds(lag / (tail - live))}"
+    if m is not None and float(m) < min_multiple:
+        return Verdict(
+            "yellow",
+            f"{format_multiple(float(m))} real-time {over}, below {format_multiple(min_multiple)} "
+            f"(live.min_multiple): {left}",
+        )
+    return Verdict("ok", f"{speed['summary']}: {left}")

@@ -6,15 +6,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rewind.shadow.context import load_shadow
-from rewind.shadow.lag import SPEED_WINDOW_S, caught_up, max_lag, sample, tail_speed
+from rewind.shadow.lag import SPEED_WINDOW_S, caught_up, judge_tail, max_lag, sample, tail_speed
 
 if TYPE_CHECKING:
     from rewind.config import Settings
 
 
 def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[str, Any]:
-    """A fresh lag sample (v2's committed units against the log end and the live group) and the
-    caught-up verdict over the samples the running tail recorded."""
+    """A fresh lag sample (v2's committed units against the log end and the live group), the
+    caught-up verdict over the samples the running tail recorded, and the tail's speed judged
+    against ``live.min_multiple`` (:func:`rewind.shadow.lag.judge_tail`)."""
     # lazy: avoids sqlalchemy at import
     from rewind.job.service import open_ledger
 
@@ -32,8 +33,9 @@ def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[s
         if ctx.record.state != "tailing":
             ok, reason = False, f"the shadow is {ctx.record.state}, not tailing"
         speed = tail_speed(events)
-        if speed is not None and ok:
-            speed["summary"] += " (caught up: it reads records as they arrive)"
+        verdict = judge_tail(speed, ok, max((p.lag for p in lag), default=0), settings.live.min_multiple)
+        if speed is not None and verdict is not None:
+            speed.update(status=verdict.status, verdict=verdict.detail)
         return {
             "shadow": name,
             "state": ctx.record.state,
