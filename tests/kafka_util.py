@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +45,11 @@ def produce(
     errors: list[str] = []
     for partition, key, value, ts in records:
         producer.produce(
-            topic, key=key, value=value, partition=partition, timestamp=ts or 0,
+            topic,
+            key=key,
+            value=value,
+            partition=partition,
+            timestamp=ts or 0,
             on_delivery=lambda err, _m: errors.append(str(err)) if err else None,
         )
         producer.poll(0)
@@ -62,17 +67,28 @@ def committed(conf: dict[str, Any], group: str, tps: list[tuple[str, int]]) -> d
 
 
 @contextlib.contextmanager
-def writing(conf: dict[str, Any], topic: str, rate: float, partitions: int = 2) -> Iterator[list[int]]:
+def writing(
+    conf: dict[str, Any], topic: str, rate: float, partitions: int = 2, transactional: bool = False
+) -> Iterator[list[int]]:
     """A producer writing ``rate`` records per second (round-robin over ``partitions``) in a
-    background thread while the block runs; yields the count of records produced so far."""
-    producer = Producer({**conf, "linger.ms": 5})
+    background thread while the block runs; yields the count of records produced so far.
+    ``transactional``: each record in a transaction of its own (each commit leaves a marker,
+    an offset that holds no record)."""
+    extra = {"transactional.id": f"writer-{uuid.uuid4().hex[:8]}"} if transactional else {}
+    producer = Producer({**conf, "linger.ms": 0 if transactional else 5, **extra})
+    if transactional:
+        producer.init_transactions(30)
     stop, sent = threading.Event(), [0]
 
     def run() -> None:
         began = time.monotonic()
         while not stop.is_set():
             value = f'{{"order_id": {sent[0]}, "status": "paid", "amount": 1.0}}'.encode()
+            if transactional:
+                producer.begin_transaction()
             producer.produce(topic, value=value, key=b"k", partition=sent[0] % partitions)
+            if transactional:
+                producer.commit_transaction(30)
             sent[0] += 1
             producer.poll(0)
             stop.wait(max(0.0, began + sent[0] / rate - time.monotonic()))

@@ -10,6 +10,8 @@ import re
 import time
 from typing import Any
 
+import pytest
+
 from rewind.config import Settings
 from rewind.core.cost import describe
 from rewind.kafka.live_rate import LiveRateProbe, LogEndMeter, first_timestamps, retention_of
@@ -40,6 +42,33 @@ def test_the_live_rate_is_the_rate_a_producer_writes_at(broker_conf: dict[str, A
     idle = LiveRateProbe(broker_conf, tps, interval_s=0.5)
     idle.start()
     assert idle.finish().records_per_second == 0.0
+
+
+TX_RATE = 50  # transactions of one record each per second: the offsets grow twice as fast
+
+
+def test_a_transactional_producers_rate_counts_its_records_not_its_markers(
+    broker_conf: dict[str, Any], topic_name: str
+) -> None:
+    tps = [(topic_name, 0), (topic_name, 1)]
+    create_topic(broker_conf, topic_name, 2)
+    with writing(broker_conf, topic_name, TX_RATE, transactional=True) as sent:
+        probe = LiveRateProbe(broker_conf, tps, interval_s=2.0)
+        probe.start()
+        rate = probe.finish()
+        written = sent[0]
+    assert probe.first is not None and probe.last is not None
+    grew = sum(probe.last.highs[tp] - probe.first.highs[tp] for tp in tps)
+    assert grew > 0, "the writer wrote nothing during the probe"
+    # each commit left a marker beside its record: half the offsets hold records
+    assert 0.4 <= rate.record_share <= 0.6, rate
+    assert rate.records_per_second == pytest.approx(grew * rate.record_share / rate.seconds), rate
+    assert TX_RATE * 0.6 <= rate.records_per_second <= TX_RATE * 1.3, (rate, written)
+    # a producer without transactions: every offset is a record
+    with writing(broker_conf, topic_name, TX_RATE):
+        plain = LiveRateProbe(broker_conf, tps, interval_s=1.0)
+        plain.start()
+        assert plain.finish().record_share == 1.0
 
 
 def test_retention_comes_from_the_topic_config_and_the_oldest_record_from_the_log(

@@ -34,6 +34,7 @@ from rewind.kafka.live_rate import (
     first_timestamps,
     look,
     rate_between,
+    record_share,
     retention_of,
     topic_partitions,
 )
@@ -158,7 +159,10 @@ def run_meter(settings: Settings, plan: JobPlan) -> LogEndMeter | None:
     """A meter of the live rate while ``plan`` runs: the partitions the plan watched, looked at
     every ``live.interval_s`` (None when the plan watched none or measuring is off)."""
     partitions = _watched(settings, plan)
-    return LogEndMeter(settings.kafka_config(), partitions, settings.live.interval_s) if partitions else None
+    if not partitions:
+        return None
+    share = float(planned_live(plan).get("record_share") or 1.0)
+    return LogEndMeter(settings.kafka_config(), partitions, settings.live.interval_s, share=share)
 
 
 def first_look(settings: Settings, plan: JobPlan) -> LogEnds | None:
@@ -182,8 +186,10 @@ def run_speed(settings: Settings, first: LogEnds | None, records: int) -> dict[s
     writes). None when nothing was measured."""
     if first is None:
         return None
+    conf = settings.kafka_config()
     try:
-        live = rate_between(first, look(settings.kafka_config(), first.highs))
+        last = look(conf, first.highs)
+        live = rate_between(first, last).scaled(record_share(conf, first, last))
     except Exception as exc:  # a run must not fail for a number it only reports
         log.warning("the run's speed against the live stream is not measured: %s", exc)
         return None

@@ -10,8 +10,13 @@ fetch per round (about 20 ms on loopback, measured on tansu and noida-db), so th
 first look before its own work (sample, schema, gates) and the second after it, and waits only
 for what is left of ``live.interval_s``.
 
-Offsets count whatever occupies the log: a transaction's commit marker takes one offset per
-partition, so a transactional producer's rate reads high by one record per transaction.
+Offsets count whatever occupies the log: a transaction's commit or abort marker takes one
+offset per partition, and is no record (a producer committing each record alone doubles the
+growth). So the offsets' growth is scaled by the share of them that hold records
+(:func:`record_share`), read from the newest offsets of the partitions that grew: at most
+:data:`SHARE_OFFSETS` offsets of :data:`SHARE_PARTITIONS` partitions, the fastest; a topic
+without transactions reads a share of 1. Aborted records are records here: they occupy the log
+as a read_uncommitted reader sees it.
 
 Retention comes from the topic's config (``retention.ms``, ``retention.bytes``; -1 infinite)
 through the admin client, and the age of a window's oldest record from reading it.
@@ -30,7 +35,7 @@ from typing import Any
 from rewind.core.windows import TP
 from rewind.kafka import clients
 from rewind.kafka.groups import log_bounds
-from rewind.kafka.probes import PROBE_SETTINGS, Prober, ProbeRead, ProbeRecord
+from rewind.kafka.probes import PROBE_SETTINGS, ProbeJob, Prober, ProbeRead, ProbeRecord
 
 log = logging.getLogger(__name__)
 
@@ -53,19 +58,26 @@ def look(conf: Mapping[str, Any], partitions: Iterable[TP], timeout_s: float = 1
 
 @dataclass(frozen=True)
 class LiveRate:
-    """Records per second written to each partition over ``seconds``."""
+    """Records per second written to each partition over ``seconds``; ``record_share`` of the
+    offsets written hold records (the rates are scaled by it already)."""
 
     seconds: float
     per_partition: dict[TP, float]
+    record_share: float = 1.0
 
     @property
     def records_per_second(self) -> float:
         return sum(self.per_partition.values())
 
+    def scaled(self, share: float) -> LiveRate:
+        """The same growth, ``share`` of it records."""
+        return LiveRate(self.seconds, {tp: r * share for tp, r in self.per_partition.items()}, share)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "records_per_second": round(self.records_per_second, 3),
             "interval_s": round(self.seconds, 3),
+            "record_share": round(self.record_share, 4),
             "partitions": {f"{t}/{p}": round(r, 3) for (t, p), r in sorted(self.per_partition.items())},
         }
 
@@ -80,6 +92,42 @@ def rate_between(first: LogEnds, second: LogEnds) -> LiveRate:
         tp: max(0, second.highs[tp] - h) / seconds for tp, h in first.highs.items() if tp in second.highs
     }
     return LiveRate(seconds, rates)
+
+
+SHARE_OFFSETS = 200
+"""Offsets read per partition to find the share of them that hold records."""
+SHARE_PARTITIONS = 8
+"""Partitions read for it: those that grew the most."""
+
+
+def record_share(conf: Mapping[str, Any], first: LogEnds, second: LogEnds, timeout_s: float = 5.0) -> float:
+    """The share of the offsets written between two looks that hold records, from the newest
+    :data:`SHARE_OFFSETS` offsets of the :data:`SHARE_PARTITIONS` partitions that grew the most
+    (1.0 when none grew: there is nothing to scale)."""
+    grown = sorted(
+        ((second.highs[tp] - h, tp) for tp, h in first.highs.items() if second.highs.get(tp, h) > h),
+        reverse=True,
+    )[:SHARE_PARTITIONS]
+    ranges = {
+        tp: (max(first.highs[tp], second.highs[tp] - SHARE_OFFSETS), second.highs[tp]) for _n, tp in grown
+    }
+    if not ranges:
+        return 1.0
+    consumer = clients.private_consumer(dict(conf), "live-share", PROBE_SETTINGS)
+    try:
+        prober = Prober(consumer, timeout_s)
+        prober.highs = {tp: end for tp, (_start, end) in ranges.items()}
+        counts = prober.run((tp, _records_in(start, end)) for tp, (start, end) in ranges.items())
+    finally:
+        consumer.close()
+    offsets = sum(end - start for start, end in ranges.values())
+    return min(1.0, sum(counts) / offsets)
+
+
+def _records_in(start: int, end: int) -> ProbeJob:
+    """How many of the offsets ``[start, end)`` hold records (the rest: transaction markers)."""
+    records = yield ProbeRead(start, end - 1)
+    return sum(1 for r in records if start <= r.offset < end)
 
 
 class LiveRateProbe:
@@ -109,14 +157,20 @@ class LiveRateProbe:
         if left > 0:
             self.sleep(left)
         self.last = look(self.conf, self.partitions)
-        return rate_between(self.first, self.last)
+        growth = rate_between(self.first, self.last)
+        try:
+            return growth.scaled(record_share(self.conf, self.first, self.last))
+        except Exception as exc:  # the growth is still a measure, if high under transactions
+            log.warning("the live rate counts every offset (records not read: %s)", exc)
+            return growth
 
 
 class LogEndMeter:
     """The live rate while a run runs: a look at most every ``every_s`` seconds when asked,
     the rate over the looks of about the last ``window_s`` seconds (None until two looks are at
-    least ``every_s`` apart). Thread-safe; a failed look is logged once and skipped: the rate
-    is shown, never needed."""
+    least ``every_s`` apart), scaled by ``share`` (the plan's :func:`record_share`: the meter
+    reads no records). Thread-safe; a failed look is logged once and skipped: the rate is
+    shown, never needed."""
 
     def __init__(
         self,
@@ -125,8 +179,9 @@ class LogEndMeter:
         every_s: float,
         window_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        share: float = 1.0,
     ) -> None:
-        self.conf, self.partitions = conf, sorted(set(partitions))
+        self.conf, self.partitions, self.share = conf, sorted(set(partitions)), share
         self.every_s, self.window_s, self.clock = every_s, max(window_s, 2 * every_s), clock
         self.looks: deque[LogEnds] = deque()
         self._tried = -float("inf")
@@ -148,7 +203,7 @@ class LogEndMeter:
                 self.looks.popleft()
             if len(self.looks) < 2 or self.looks[-1].at - self.looks[0].at < self.every_s:
                 return None
-            return rate_between(self.looks[0], self.looks[-1]).records_per_second
+            return rate_between(self.looks[0], self.looks[-1]).records_per_second * self.share
 
 
 def topic_partitions(conf: Mapping[str, Any], topics: Iterable[str]) -> list[TP]:
