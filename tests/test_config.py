@@ -156,6 +156,7 @@ ENV_CASES = [
     ("REWIND_LEDGER_RETRY_S", "5", lambda s: s.ledger_retry_s, 5.0),
     ("REWIND_SPARK_MASTER", "local[2]", lambda s: s.spark.master, "local[2]"),
     ("REWIND_SPARK_REMOTE", "sc://env-connect:15002", lambda s: s.spark.remote, "sc://env-connect:15002"),
+    ("REWIND_SPARK_JVM_OUTPUT", "/tmp/jvm.out", lambda s: s.spark.jvm_output, Path("/tmp/jvm.out")),
     (
         "REWIND_SPARK_CONF",
         '{"spark.sql.shuffle.partitions": "3"}',

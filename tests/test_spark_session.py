@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -174,3 +175,51 @@ def test_spark_conf_from_settings_reaches_the_session(
     err = custom_conf_child["stderr"].read_text()
     assert "Using an existing Spark session" not in err
     assert "task of very large size" not in err, err
+
+
+QUIET_JVM = """
+import json, sys
+from rewind.config import load_settings
+from rewind.spark.session import session, start_early
+settings = load_settings()
+start_early(settings).join(300)  # started in a thread, as `rewind run` starts it
+spark = session(settings)
+print(json.dumps({"sum": spark.range(0, 100).selectExpr("sum(id) AS s").first().s}))
+spark.stop()
+"""
+
+
+def _child(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    child = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "PYSPARK_"))}
+    child |= {"REWIND_STATE_DIR": str(tmp_path / "state"), "REWIND_SPARK_MASTER": "local[1]", **env}
+    return subprocess.run(
+        [sys.executable, "-c", QUIET_JVM],
+        env=child,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_jvms_output_goes_to_its_file_and_a_jvm_that_cannot_start_names_it(tmp_path: Path) -> None:
+    """With ``spark.jvm_output`` the driver JVM's own lines (the JVM's warning about its
+    incubator modules, which Spark's launcher always adds) go to that file, not to stderr, also
+    when the session starts in another thread; a JVM that exits at once is one error naming
+    the file that holds why."""
+    output = tmp_path / "spark.log"
+    ran = _child(tmp_path, REWIND_SPARK_JVM_OUTPUT=str(output))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads(ran.stdout.strip().splitlines()[-1]) == {"sum": 4950}
+    assert "Using incubator modules" in output.read_text()
+    assert "Using incubator modules" not in ran.stderr and "WARN" not in ran.stderr, ran.stderr
+
+    inherited = _child(tmp_path)  # the default: this process's stderr, as before
+    assert inherited.returncode == 0 and "Using incubator modules" in inherited.stderr
+
+    broken = tmp_path / "broken.log"
+    conf = json.dumps({"spark.driver.memory": "1k"})  # no JVM starts with a 1 kB heap
+    failed = _child(tmp_path, REWIND_SPARK_JVM_OUTPUT=str(broken), REWIND_SPARK_CONF=conf)
+    assert failed.returncode != 0
+    assert "Spark's JVM did not start" in failed.stderr and f"its output is in {broken}" in failed.stderr
+    assert "heap" in broken.read_text().lower(), broken.read_text()

@@ -62,6 +62,7 @@ Environment variables (each overrides the file):
 ``REWIND_LEDGER_RETRY_S``                   ``ledger_retry_s``
 ``REWIND_SPARK_MASTER`` / ``_REMOTE``       ``spark.master`` / ``spark.remote``
 ``REWIND_SPARK_CONF``                       JSON object merged into ``spark.conf``
+``REWIND_SPARK_JVM_OUTPUT``                 ``spark.jvm_output`` (the driver JVM's output file)
 ``REWIND_DEV_BROKER_PORT``                  ``dev.broker_port``
 ``REWIND_METRICS_ADDRESS`` / ``_PORT``      ``metrics.address`` / ``metrics.port``
 ``REWIND_MERGE_SPARK_ROWS``                 ``merge.spark_rows``
@@ -124,6 +125,10 @@ class SparkSettings(_Model):
     app_name: str = "rewind"
     log_level: str = "WARN"
     conf: dict[str, str] = Field(default_factory=dict)
+    jvm_output: Path | None = None
+    """A file that takes the driver JVM's stdout and stderr (Spark's own log lines, the JVM's
+    warnings, its Python workers' output); None: this process's. The CLI names
+    ``<state_dir>/spark.log`` unless ``--debug``."""
 
 
 class DevSettings(_Model):
@@ -371,6 +376,7 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         "REWIND_LEDGER_RETRY_S": ("ledger_retry_s",),
         "REWIND_SPARK_MASTER": ("spark", "master"),
         "REWIND_SPARK_REMOTE": ("spark", "remote"),
+        "REWIND_SPARK_JVM_OUTPUT": ("spark", "jvm_output"),
         "REWIND_DEV_BROKER_PORT": ("dev", "broker_port"),
         "REWIND_METRICS_ADDRESS": ("metrics", "address"),
         "REWIND_METRICS_PORT": ("metrics", "port"),

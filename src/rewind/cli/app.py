@@ -49,6 +49,7 @@ class _Context:
 
 ctx = _Context()
 LOG_FILE = "rewind.log"  # under the state dir: Rewind's warnings, unless --debug
+SPARK_LOG_FILE = "spark.log"  # under the state dir: the driver JVM's output, unless --debug
 
 
 @app.callback()
@@ -75,6 +76,8 @@ def _settings() -> Settings:
             stderr_level=logging.ERROR,
         )
         logging.getLogger("rewind.librdkafka").setLevel(logging.CRITICAL)
+        if settings.spark.jvm_output is None:  # Spark's lines to a file, as Rewind's warnings
+            settings.spark.jvm_output = settings.state_path / SPARK_LOG_FILE
     return settings
 
 

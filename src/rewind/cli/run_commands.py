@@ -189,6 +189,7 @@ def run(
     from rewind.spec import load_spec
 
     settings = _settings()
+    _start_spark_early(settings)
     target: Any = spec_or_plan if spec_or_plan.startswith("p-") and not Path(spec_or_plan).exists() else None
     accepted = None
     if target is None:
@@ -266,6 +267,7 @@ def resume(
     from rewind.spec import load_spec
 
     settings = _settings()
+    _start_spark_early(settings)
     original = load_spec(spec) if spec is not None else None
     timings: list[dict[str, Any]] = []
     collector_for = _collector_for(settings, timings)
@@ -277,6 +279,15 @@ def resume(
         if pushgateway and console.run_id:
             _push(settings, console.run_id, pushgateway, timings)
     output(json_out).result(outcome.to_dict(), _render_outcome)
+
+
+def _start_spark_early(settings: Settings) -> None:
+    """Spark's JVM starts while the run is planned and checked (a cold run's two slowest steps
+    overlap); a run refused before it needs Spark leaves the JVM to end with this process."""
+    # lazy: keeps pyspark out of --help
+    from rewind.spark.session import start_early
+
+    start_early(settings)
 
 
 def _run_console(

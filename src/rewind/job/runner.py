@@ -71,6 +71,7 @@ from rewind.openlineage.jobs import JobRun
 from rewind.sinks.iceberg import IcebergSink, IcebergStaging
 from rewind.spark import session
 from rewind.spark.ratelimit import default_state_dir, remove_shared_state
+from rewind.spark.topology import is_connect
 
 if TYPE_CHECKING:
     from rewind.config import Settings
@@ -397,24 +398,28 @@ class _Interrupts:
     PySpark's own SIGINT handler cancels the running jobs, and the cancellation reaches the
     driver as a Py4J error rather than ``KeyboardInterrupt``; this says it was the user's
     Ctrl-C, so the run is ``interrupted``, not ``failed``. The Spark session is started first,
-    so its handler is the one chained to; it starts once the lease is held, so a refused run
-    starts no Spark.
+    so its handler is the one chained to. A session started in another thread
+    (:func:`rewind.spark.session.start_early`) has no such handler: the jobs of a local
+    session are cancelled here first either way (twice is harmless).
     """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.seen = False
         self.previous: Any = None
+        self.spark: Any = None
 
     def __enter__(self) -> _Interrupts:
         if threading.current_thread() is threading.main_thread():
-            session(self.settings)  # installs PySpark's handler (if local) before ours wraps it
+            self.spark = session(self.settings)  # PySpark's handler (if local, started here) first
             self.previous = signal.getsignal(signal.SIGINT)
             signal.signal(signal.SIGINT, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.seen = True
+        if self.spark is not None and not is_connect(self.spark):
+            self.spark.sparkContext.cancelAllJobs()
         if callable(self.previous):
             self.previous(signum, frame)
         elif self.previous != signal.SIG_IGN:

@@ -11,10 +11,12 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rewind.config import Settings, load_settings
+from rewind.errors import RewindError
 from rewind.javacheck import require_java
 from rewind.spark.class_archive import java_options
 from rewind.spark.topology import default_parallelism as asked
@@ -104,12 +106,63 @@ def session(settings: Settings | None = None, app_name: str | None = None) -> Sp
         conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.") or k in settings.spark.conf}
     for key, value in conf.items():
         builder = builder.config(key, value)
+    if not settings.spark.remote and settings.spark.jvm_output is not None:
+        named = {"spark.app.name": app_name or settings.spark.app_name, "spark.master": settings.spark.master}
+        _start_jvm({**named, **conf}, settings.spark.jvm_output)
     spark = builder.getOrCreate()
     if not settings.spark.remote:
         spark.sparkContext.setLogLevel(settings.spark.log_level)
     register(spark)
     log.debug("spark session ready: %s", settings.spark.remote or settings.spark.master)
     return spark
+
+
+def _start_jvm(options: dict[str, str], output: Path) -> None:
+    """Launch the driver's JVM (PySpark's gateway, through spark-submit with ``options``, as the
+    builder would) with its stdout and stderr appended to ``output``; the builder then finds it
+    running and takes it. Nothing when this process has one already."""
+    # lazy: avoids pyspark at import
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        output.parent.mkdir(parents=True, exist_ok=True)
+        conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+        with output.open("ab") as sink:  # the child holds its own descriptors
+            try:
+                gateway = launch_gateway(conf, popen_kwargs={"stdout": sink, "stderr": sink})
+            except Exception as exc:
+                raise SparkStartError(
+                    f"Spark's JVM did not start ({exc}); its output is in {output}"
+                ) from None
+        SparkContext._ensure_initialized(gateway=gateway)
+
+
+class SparkStartError(RewindError):
+    """The driver's JVM exited before it answered (what it printed is in its output file)."""
+
+
+def start_early(settings: Settings) -> threading.Thread:
+    """Start the session in a daemon thread, so that the JVM starts while the caller plans (a
+    cold `rewind run` spends ~2 s planning, ~5 s starting Spark). :func:`session` then returns
+    it, waiting for it if it is still starting (PySpark's builder holds a lock). A failure here
+    is left for that call to raise again, in the caller's thread.
+
+    PySpark installs its Ctrl-C handler (cancel the running jobs, then KeyboardInterrupt) only
+    when the session starts in the main thread: a caller that handles Ctrl-C cancels the jobs
+    itself (:class:`rewind.job.runner._Interrupts`)."""
+
+    def start() -> None:
+        try:
+            session(settings)
+        except Exception as exc:  # raised again where the session is needed
+            log.debug("the early Spark start failed: %s", exc)
+
+    thread = threading.Thread(target=start, name="rewind-spark-start", daemon=True)
+    thread.start()
+    return thread
 
 
 def register(spark: SparkSession) -> list[str]:
