@@ -19,7 +19,13 @@ partitions):
       cold ``rewind plan SPEC --json`` (imports, session, plan), and the run's own ``seconds``
       (from its plan's end to its commit) against the child's wall.
 
-Usage: ``python bench/cold_run.py [--sizes 1,5] [--partitions 8] [--repeat 3]``; ``--json PATH``.
+  (e) with ``--against SRC`` (another checkout's ``src``, e.g. a ``git worktree`` of the commit
+      before a change): cold runs of the same spec alternating between that code and this one,
+      ``--repeat`` each, their walls and medians side by side (the change's own effect, paired
+      against the machine's drift).
+
+Usage: ``python bench/cold_run.py [--sizes 1,5] [--partitions 8] [--repeat 3] [--against SRC]``;
+``--json PATH``.
 """
 
 from __future__ import annotations
@@ -121,6 +127,30 @@ def spec(topic: str, table: str) -> dict[str, Any]:
     }
 
 
+def paired(peer: Path, topic: str, n: int, repeat: int, env: dict[str, str], work: Path) -> dict[str, Any]:
+    """(e): cold runs alternating between ``peer``'s code and this checkout's, a new table each."""
+    import statistics
+
+    import yaml
+
+    walls: dict[str, list[float]] = {"peer": [], "this": []}
+    for i in range(repeat):
+        for label, src in (("peer", peer.resolve()), ("this", REPO / "src")):
+            child = {**env, "PYTHONPATH": os.pathsep.join([str(src), env["PYTHONPATH"]])}
+            path = work / f"paired-{label}-{i}.yaml"
+            path.write_text(yaml.safe_dump(spec(topic, f"bench.paired_{uuid.uuid4().hex[:6]}")))
+            wall, out = timed([REWIND, "run", str(path), "--json"], child, work)
+            assert json.loads(out)["records_read"] == n
+            walls[label].append(round(wall, 2))
+    medians = {label: statistics.median(w) for label, w in walls.items()}
+    return {
+        **walls,
+        "median_peer_s": medians["peer"],
+        "median_this_s": medians["this"],
+        "this_over_peer": round(medians["this"] / medians["peer"], 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -129,6 +159,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--against", type=Path, help="another checkout's src: alternating cold runs (e)")
     args = parser.parse_args()
     import yaml
 
@@ -182,6 +213,8 @@ def main() -> None:
                         "run_s": round(float(res["seconds"]), 2),
                         "before_run_s": round(wall - float(res["seconds"]), 2),
                     }
+                if args.against:
+                    row["against"] = paired(args.against, topic, n, args.repeat, env, work)
                 print(json.dumps(row, indent=2))
                 results.append(row)
             finally:
@@ -194,6 +227,12 @@ def main() -> None:
             f"{row['spark_read_ratio']:.2f}x the faster of 1 ({row['bare_fetch_1']:,}) and 2 "
             f"({row['bare_fetch_2']:,}) bare consumer processes"
         )
+        if "against" in row:
+            a = row["against"]
+            print(
+                f"{'':>12}this code {a['median_this_s']} s, the code --against "
+                f"{a['median_peer_s']} s: {a['this_over_peer']}x"
+            )
     if args.json:
         args.json.write_text(json.dumps({"at": stamp(), "machine": machine(), "sizes": results}, indent=2))
 
