@@ -113,13 +113,7 @@ def record_share(conf: Mapping[str, Any], first: LogEnds, second: LogEnds, timeo
     }
     if not ranges:
         return 1.0
-    consumer = clients.private_consumer(dict(conf), "live-share", PROBE_SETTINGS)
-    try:
-        prober = Prober(consumer, timeout_s)
-        prober.highs = {tp: end for tp, (_start, end) in ranges.items()}
-        counts = prober.run((tp, _records_in(start, end)) for tp, (start, end) in ranges.items())
-    finally:
-        consumer.close()
+    counts = _read_ranges(conf, "live-share", ranges, _records_in, timeout_s)
     offsets = sum(end - start for start, end in ranges.values())
     return min(1.0, sum(counts) / offsets)
 
@@ -268,16 +262,28 @@ def first_timestamps(
     wanted = {tp: r for tp, r in ranges.items() if r[0] < r[1]}
     if not wanted:
         return {}
-    consumer = clients.private_consumer(dict(conf), "oldest", PROBE_SETTINGS)
-    try:
-        prober = Prober(consumer, timeout_s)
-        prober.highs = {tp: end for tp, (_start, end) in wanted.items()}
-        found = prober.run((tp, _first_record(start, end)) for tp, (start, end) in wanted.items())
-    finally:
-        consumer.close()
+    found = _read_ranges(conf, "oldest", wanted, _first_record, timeout_s)
     return dict(zip(wanted, found, strict=True))
 
 
-def _first_record(start: int, end: int) -> Any:
+def _read_ranges(
+    conf: Mapping[str, Any],
+    purpose: str,
+    ranges: Mapping[TP, tuple[int, int]],
+    job: Callable[[int, int], ProbeJob],
+    timeout_s: float,
+) -> list[Any]:
+    """``job(start, end)`` on each partition's ``[start, end)`` with one private consumer that
+    never reads past ``end``; the jobs' results in the order of ``ranges``."""
+    consumer = clients.private_consumer(dict(conf), purpose, PROBE_SETTINGS)
+    try:
+        prober = Prober(consumer, timeout_s)
+        prober.highs = {tp: end for tp, (_start, end) in ranges.items()}
+        return prober.run((tp, job(start, end)) for tp, (start, end) in ranges.items())
+    finally:
+        consumer.close()
+
+
+def _first_record(start: int, end: int) -> ProbeJob:
     records = yield ProbeRead(start, start)
     return next((r for r in records if start <= r.offset < end), None)
