@@ -6,7 +6,8 @@ second when killed, so the source is made durable first), then a real ``rewind r
 process starts; while its rate-limited wave reads, the broker is SIGKILLed, stays down
 :data:`OUTAGE_S` seconds and is restarted on the same port and data folder. The run must end
 ``succeeded`` with exactly the output of a clean run, and print at most a few lines about the
-outage (librdkafka's own connection errors are routed through logging, rate-limited).
+outage (librdkafka's own connection errors are routed through logging, rate-limited). The tasks'
+line that they retry goes where Spark's output goes: the CLI's ``<state_dir>/spark.log``.
 
 A broker named by ``REWIND_TEST_BOOTSTRAP`` cannot be killed and restarted by the test: these
 tests are skipped there, and run on the noida-db they start themselves.
@@ -126,6 +127,14 @@ def outage_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if any(w in line for w in words)]
 
 
+def tasks_retried(settings: Settings, stderr: str) -> bool:
+    """The tasks said they retry an unreachable broker: on the child's stderr or, where the CLI
+    sends Spark's output (its tasks' included), in ``<state_dir>/spark.log``."""
+    spark_log = settings.state_path / "spark.log"
+    told = stderr + (spark_log.read_text(errors="replace") if spark_log.exists() else "")
+    return any("unreachable, retrying" in line for line in outage_lines(told))
+
+
 def _run_through_outage(
     tmp_path: Path, noida: RestartableBroker, spec: dict[str, Any]
 ) -> tuple[Settings, Any, str]:
@@ -157,7 +166,7 @@ def _run_through_outage(
     (tmp_path / "child.stderr").write_text(err)
     noisy = outage_lines(err)
     assert len(noisy) <= OUTAGE_LINES, f"{len(noisy)} lines about the outage: {noisy[:10]}"
-    assert any("unreachable, retrying" in line for line in noisy), err[-3000:]
+    assert tasks_retried(settings, err), err[-3000:]
     run = _run(settings, spec["name"])
     if run.state == "failed" and "finished unit(s) are gone from" in (run.error or ""):
         last = err.strip().splitlines()[-1]

@@ -10,6 +10,7 @@ test that talks to a broker runs on each test broker (tests/brokers.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -125,19 +126,46 @@ WORKER_LATE = "Python worker failed to connect back"
 the streaming source's runner process can miss it, before the query has read anything."""
 
 
+def _settle(query: Any, timeout_s: float = 120) -> None:
+    """Wait for the query's end; how it ended is then ``query.exception()``."""
+    with contextlib.suppress(Exception):  # awaitTermination raises the query's failure
+        query.awaitTermination(timeout_s)
+
+
+def worker_was_late(query: Any) -> bool:
+    """The query ended only because a Python worker connected back late (:data:`WORKER_LATE`)."""
+    return not query.isActive and WORKER_LATE in str(query.exception() or "")
+
+
 def run_to_end(start: Callable[[], Any], attempts: int = 3) -> Any:
     """Run an availableNow query (``start()`` starts it) to its end and return it. A query that
-    failed only because a Python worker connected back late (:data:`WORKER_LATE`) is started
-    again from its checkpoint, as Rewind's own streams are (:mod:`rewind.spark.stream_restarts`);
-    every other failure is the caller's to see, and what it checks after (every record once)
-    holds across such a restart too."""
+    failed only because a Python worker connected back late is started again from its
+    checkpoint, as Rewind's own streams are (:mod:`rewind.spark.stream_restarts`); any other
+    failure is raised, as ``awaitTermination`` raises it, and what the caller checks after
+    (every record once) holds across such a restart too."""
     query = start()
-    query.awaitTermination(120)
+    _settle(query)
     for _ in range(attempts - 1):
-        if query.isActive or WORKER_LATE not in str(query.exception() or ""):
+        if not worker_was_late(query):
             break
         query = start()
-        query.awaitTermination(120)
+        _settle(query)
+    error = query.exception()
+    if error is not None:
+        raise error
+    return query
+
+
+def started(start: Callable[[], Any], attempts: int = 3) -> Any:
+    """A query past its start: ``start()`` it and wait for its first progress (or its end); one
+    that ended only because a Python worker connected back late is started again."""
+    for _ in range(attempts):
+        query = start()
+        deadline = time.monotonic() + 120
+        while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not worker_was_late(query):
+            break
     return query
 
 
@@ -345,7 +373,7 @@ def test_crash_and_stop_resume_exactly_once_with_a_batch_limit(
         )
 
     # run 1: batch 0 commits, batch 1 crashes after its rows were seen
-    query = start()
+    query = started(start)
     with pytest.raises(Exception, match="simulated crash in batch 1"):
         query.awaitTermination(120)
     assert committed_batches(checkpoint) == {0}
@@ -353,7 +381,7 @@ def test_crash_and_stop_resume_exactly_once_with_a_batch_limit(
 
     # run 2: the uncommitted batch 1 is replayed with the same offsets; stop as soon as it is
     # committed, while batch 2 may be planned, running or not yet started
-    query = start()
+    query = started(start)
     deadline = time.monotonic() + 120
     while 1 not in committed_batches(checkpoint) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -363,7 +391,7 @@ def test_crash_and_stop_resume_exactly_once_with_a_batch_limit(
     # run 3: more data while stopped; the restart continues from the checkpoint
     second = {0: range(30, 40), 1: range(90, 100)}
     produce(broker_conf, topic, second)
-    query = start()
+    query = started(start)
     query.processAllAvailable()
     query.stop()
 

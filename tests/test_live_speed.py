@@ -183,6 +183,8 @@ def test_a_tail_behind_is_red_when_it_cannot_gain_and_yellow_below_the_multiple(
     assert quiet is not None and quiet.status == "ok" and "no live writes" in quiet.detail
     stalled = judge_tail(tail(0, 0), False, 1_000, 10.0)  # reads nothing, nothing written
     assert stalled is not None and stalled.status == "red"
+    barely = judge_tail(tail(200.0001, 200), False, 10**9, 10.0)  # gains, but not within a year
+    assert barely is not None and barely.detail.endswith("caught up not within a year at this rate")
 
 
 @given(

@@ -131,6 +131,10 @@ def tail_speed(samples: Sequence[ShadowEvent], window_s: float = SPEED_WINDOW_S)
     }
 
 
+CATCH_UP_NEVER_S = 365 * 24 * 3600.0
+"""A catch-up this far off is not given as a time: the rates will have changed long before."""
+
+
 def judge_tail(
     speed: Mapping[str, Any] | None, caught_up: bool, lag: int, min_multiple: float
 ) -> Verdict | None:
@@ -149,7 +153,9 @@ def judge_tail(
             f"{over}: its lag of {lag:,} records cannot shrink; give the tail more resources "
             "(Spark's cores; shadow.max_offsets_per_trigger raised or removed)",
         )
-    left = f"{lag:,} records behind, caught up in about {human_seconds(lag / (tail - live))}"
+    eta = lag / (tail - live)
+    when = f"in about {human_seconds(eta)}" if eta < CATCH_UP_NEVER_S else "not within a year at this rate"
+    left = f"{lag:,} records behind, caught up {when}"
     if m is not None and float(m) < min_multiple:
         return Verdict(
             "yellow",
