@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from rewind.cli.app import SPARK_LOG_FILE
 from rewind.config import Settings, load_settings
 from rewind.embedded.broker import pid_alive
 from rewind.job.service import open_ledger
@@ -130,7 +131,7 @@ def outage_lines(stderr: str) -> list[str]:
 def tasks_retried(settings: Settings, stderr: str) -> bool:
     """The tasks said they retry an unreachable broker: on the child's stderr or, where the CLI
     sends Spark's output (its tasks' included), in ``<state_dir>/spark.log``."""
-    spark_log = settings.state_path / "spark.log"
+    spark_log = settings.state_path / SPARK_LOG_FILE
     told = stderr + (spark_log.read_text(errors="replace") if spark_log.exists() else "")
     return any("unreachable, retrying" in line for line in outage_lines(told))
 

@@ -30,6 +30,7 @@ from rewind.spark.kafka_stream import (
     StreamPositionError,
     _admit,
 )
+from rewind.spark.stream_restarts import transient
 from tests.brokers import READ_COMMITTED, TestBroker
 from tests.kafka_util import create_topic
 
@@ -121,35 +122,44 @@ def committed_batches(checkpoint: Path) -> set[int]:
     return {int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit()}
 
 
-WORKER_LATE = "Python worker failed to connect back"
-"""Spark waits a fixed time for a Python worker it starts to connect back: on a loaded machine
-the streaming source's runner process can miss it, before the query has read anything."""
-
-
 def _settle(query: Any, timeout_s: float = 120) -> None:
     """Wait for the query's end; how it ended is then ``query.exception()``."""
     with contextlib.suppress(Exception):  # awaitTermination raises the query's failure
         query.awaitTermination(timeout_s)
 
 
+def _first_progress(query: Any, timeout_s: float = 120) -> None:
+    """Wait for the query's first micro-batch to finish, or for its end."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def worker_was_late(query: Any) -> bool:
-    """The query ended only because a Python worker connected back late (:data:`WORKER_LATE`)."""
-    return not query.isActive and WORKER_LATE in str(query.exception() or "")
+    """The query ended only because a Python worker it started missed Spark's fixed wait for it
+    to connect back (on a loaded machine, before anything is read): the cause Rewind's own
+    streams restart for (:func:`rewind.spark.stream_restarts.transient`)."""
+    error = None if query.isActive else query.exception()
+    return error is not None and transient(error)
+
+
+def _until_not_late(start: Callable[[], Any], wait: Callable[[Any], None], attempts: int) -> Any:
+    """``start()`` a query and ``wait`` on it; again from its checkpoint while it ended only
+    because a Python worker was late, at most ``attempts`` times."""
+    for _ in range(attempts):
+        query = start()
+        wait(query)
+        if not worker_was_late(query):
+            break
+    return query
 
 
 def run_to_end(start: Callable[[], Any], attempts: int = 3) -> Any:
-    """Run an availableNow query (``start()`` starts it) to its end and return it. A query that
-    failed only because a Python worker connected back late is started again from its
-    checkpoint, as Rewind's own streams are (:mod:`rewind.spark.stream_restarts`); any other
-    failure is raised, as ``awaitTermination`` raises it, and what the caller checks after
-    (every record once) holds across such a restart too."""
-    query = start()
-    _settle(query)
-    for _ in range(attempts - 1):
-        if not worker_was_late(query):
-            break
-        query = start()
-        _settle(query)
+    """Run an availableNow query (``start()`` starts it) to its end and return it, started again
+    while a Python worker was late, as Rewind's own streams are (:mod:`rewind.spark.stream_restarts`);
+    any other failure is raised, as ``awaitTermination`` raises it, and what the caller checks
+    after (every record once) holds across such a restart too."""
+    query = _until_not_late(start, _settle, attempts)
     error = query.exception()
     if error is not None:
         raise error
@@ -157,16 +167,9 @@ def run_to_end(start: Callable[[], Any], attempts: int = 3) -> Any:
 
 
 def started(start: Callable[[], Any], attempts: int = 3) -> Any:
-    """A query past its start: ``start()`` it and wait for its first progress (or its end); one
-    that ended only because a Python worker connected back late is started again."""
-    for _ in range(attempts):
-        query = start()
-        deadline = time.monotonic() + 120
-        while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not worker_was_late(query):
-            break
-    return query
+    """A query past its start: ``start()`` it and wait for its first progress (or its end),
+    started again while a Python worker was late."""
+    return _until_not_late(start, _first_progress, attempts)
 
 
 def run_available_now(df: Any, checkpoint: Path, sink: Batches) -> None:

@@ -33,7 +33,8 @@ def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[s
         if ctx.record.state != "tailing":
             ok, reason = False, f"the shadow is {ctx.record.state}, not tailing"
         speed = tail_speed(events)
-        verdict = judge_tail(speed, ok, max((p.lag for p in lag), default=0), settings.live.min_multiple)
+        behind = max((p.lag for p in lag), default=0)
+        verdict = judge_tail(speed, ok, behind, settings.live.min_multiple)
         if speed is not None and verdict is not None:
             speed.update(status=verdict.status, verdict=verdict.detail)
         return {
@@ -45,7 +46,7 @@ def shadow_status(settings: Settings, name: str, *, history: int = 10) -> dict[s
             "v1": getattr(ctx.staging, "target_table", None),
             "v2": getattr(ctx.staging, "table", None),
             "partitions": [p.to_dict() for p in lag],
-            "max_lag": max((p.lag for p in lag), default=0),
+            "max_lag": behind,
             "caught_up": ok,
             "caught_up_reason": reason,
             "lag_threshold": config.lag_threshold,

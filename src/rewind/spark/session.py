@@ -73,7 +73,8 @@ def session(settings: Settings | None = None, app_name: str | None = None) -> Sp
     from pyspark.sql import SparkSession
 
     _quiet_query_context_loggers()
-    builder = SparkSession.builder.appName(app_name or settings.spark.app_name)
+    app = app_name or settings.spark.app_name
+    builder = SparkSession.builder.appName(app)
     conf = dict(_DEFAULT_CONF)
     if settings.spark.remote:
         builder = builder.remote(settings.spark.remote)
@@ -107,8 +108,10 @@ def session(settings: Settings | None = None, app_name: str | None = None) -> Sp
     for key, value in conf.items():
         builder = builder.config(key, value)
     if not settings.spark.remote and settings.spark.jvm_output is not None:
-        named = {"spark.app.name": app_name or settings.spark.app_name, "spark.master": settings.spark.master}
-        _start_jvm({**named, **conf}, settings.spark.jvm_output)
+        # the builder's app name and master, then its conf: what it would hand spark-submit
+        _start_jvm(
+            {"spark.app.name": app, "spark.master": settings.spark.master, **conf}, settings.spark.jvm_output
+        )
     spark = builder.getOrCreate()
     if not settings.spark.remote:
         spark.sparkContext.setLogLevel(settings.spark.log_level)
