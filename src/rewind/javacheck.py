@@ -11,6 +11,7 @@ import subprocess
 from rewind.errors import RewindError
 
 MIN_JAVA = 17
+VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 INSTALL_HINT = "install Java 17+ (Debian: apt-get install -y openjdk-17-jre-headless) or set JAVA_HOME"
 
 
@@ -34,8 +35,11 @@ def _version_of(java: str) -> tuple[int, str]:
     """Once per executable and process: ``java -version`` starts a JVM (~0.1 s, more under load),
     and :func:`rewind.spark.session` checks on every call, a few times per run."""
     out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
-    line = (out.stderr or out.stdout).splitlines()[0] if (out.stderr or out.stdout) else ""
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', line)
+    lines = (out.stderr or out.stdout).splitlines()
+    # the launcher first prints a note per option variable it honours (JAVA_TOOL_OPTIONS,
+    # JDK_JAVA_OPTIONS: "Picked up ..."), which users set for proxies and trust stores
+    line = next((x for x in lines if VERSION.search(x)), lines[0] if lines else "")
+    match = VERSION.search(line)
     if not match:
         raise RewindError(f"cannot read the Java version from {line!r}; {INSTALL_HINT}")
     major = int(match.group(1))
