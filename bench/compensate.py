@@ -13,7 +13,11 @@ larger target; 8 partitions):
       messages (a) wrote, read back into memory first (key, value, partition, headers); only the
       produce calls and the flush are timed.
 
-Prints messages/s of each, the ratio a/b, the driver's RSS, the load average and where (a)'s
+  (c) with ``--warm``: the same compensation again, to a second topic, in the same (now warm)
+      Spark session: what the first job's cold JVM (JIT, code generation, the Python workers'
+      imports) costs (a).
+
+Prints messages/s of each, the ratio a/b (and c/b), the driver's RSS, the load average and where (a)'s
 seconds went (the result's ``seconds``: driver steps, and the tasks' steps summed over units);
 ``--json PATH`` writes them.
 Usage: ``python bench/compensate.py [--keys N] [--unit-messages M]``; ``REWIND_BENCH_BOOTSTRAP``
@@ -164,6 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--unit-messages", type=int, default=None)
+    parser.add_argument("--warm", action="store_true", help="(c): again, on the warm session")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -199,6 +204,14 @@ def main() -> None:
         seconds_a = time.perf_counter() - started
         running[0] = False
         sampler.join()
+        warm: dict[str, Any] = {}
+        if args.warm:
+            again = f"model-{uuid.uuid4().hex[:6]}"
+            create_topic(conf, again, PARTITIONS)
+            started = time.perf_counter()
+            out_c = compensate_run(settings, RUN_ID, again, unit_messages=args.unit_messages or UNIT_MESSAGES)
+            warm = {"s": time.perf_counter() - started, "seconds": out_c.get("seconds", {})}
+            assert out_c["messages"] == out["messages"], (out_c["messages"], out["messages"])
         records = read_back(conf, topic)
         assert len(records) == out["messages"], (len(records), out["messages"])
         seconds_b = bare_loop(conf, bare, records)
@@ -215,6 +228,15 @@ def main() -> None:
         "bare_s": round(seconds_b, 2),
         "bare_msgs_per_s": round(rate_b),
         "ratio": round(rate_a / rate_b, 3),
+        **(
+            {
+                "warm_compensate_s": round(warm["s"], 2),
+                "warm_ratio": round(out["messages"] / warm["s"] / rate_b, 3),
+                "warm_seconds": warm["seconds"],
+            }
+            if warm
+            else {}
+        ),
         "driver_rss_before_mb": round(before),
         "driver_rss_peak_mb": round(peak[0]),
         "driver_rss_ratio": round(peak[0] / before, 3),
