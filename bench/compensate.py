@@ -17,6 +17,9 @@ larger target; 8 partitions):
       Spark session: what the first job's cold JVM (JIT, code generation, the Python workers'
       imports) costs (a).
 
+``--connect``: (a) and (c) on a Spark Connect server started before the clock (a resident
+Spark, as where data teams run it): (a) is then the server's first compensation, (c) the next.
+
 Prints messages/s of each, the ratio a/b (and c/b), the driver's RSS, the load average and where (a)'s
 seconds went (the result's ``seconds``: driver steps, and the tasks' steps summed over units);
 ``--json PATH`` writes them.
@@ -27,6 +30,7 @@ selects another broker than a fresh tansu.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -169,8 +173,20 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--unit-messages", type=int, default=None)
     parser.add_argument("--warm", action="store_true", help="(c): again, on the warm session")
+    parser.add_argument("--connect", action="store_true", help="on a Spark Connect server")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        remote = None
+        if args.connect:
+            from tests.spark_connect import spark_connect_server
+
+            folder = Path(tempfile.mkdtemp(prefix="rewind-bench-connect-"))
+            remote = stack.enter_context(spark_connect_server(folder))
+        measure(args, remote)
+
+
+def measure(args: argparse.Namespace, remote: str | None) -> None:
 
     from rewind.config import load_settings
     from rewind.job.compensate import UNIT_MESSAGES, compensate_run
@@ -182,7 +198,8 @@ def main() -> None:
         child.start()
         child.join()
         assert child.exitcode == 0, "setup failed"
-        settings = load_settings(env={"REWIND_STATE_DIR": state, "REWIND_BOOTSTRAP_SERVERS": bootstrap})
+        env = {"REWIND_STATE_DIR": state, "REWIND_BOOTSTRAP_SERVERS": bootstrap}
+        settings = load_settings(env={**env, **({"REWIND_SPARK_REMOTE": remote} if remote else {})})
         conf = settings.kafka_config()
         topic, bare = f"model-{uuid.uuid4().hex[:6]}", f"bare-{uuid.uuid4().hex[:6]}"
         create_topic(conf, topic, PARTITIONS)
@@ -212,6 +229,8 @@ def main() -> None:
             out_c = compensate_run(settings, RUN_ID, again, unit_messages=args.unit_messages or UNIT_MESSAGES)
             warm = {"s": time.perf_counter() - started, "seconds": out_c.get("seconds", {})}
             assert out_c["messages"] == out["messages"], (out_c["messages"], out["messages"])
+        if remote:  # before the server stops: a client left open retries at exit for minutes
+            session(settings).stop()
         records = read_back(conf, topic)
         assert len(records) == out["messages"], (len(records), out["messages"])
         seconds_b = bare_loop(conf, bare, records)
@@ -221,6 +240,7 @@ def main() -> None:
         "at": stamp(),
         "machine": machine(),
         "keys": args.keys,
+        "spark": remote or "local",
         "messages": out["messages"],
         "units": out["units"],
         "compensate_s": round(seconds_a, 2),
