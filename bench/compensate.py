@@ -20,11 +20,11 @@ larger target; 8 partitions):
 ``--connect``: (a) and (c) on a Spark Connect server started before the clock (a resident
 Spark, as where data teams run it): (a) is then the server's first compensation, (c) the next.
 
-Prints messages/s of each, the ratio a/b (and c/b), the driver's RSS, the load average and where (a)'s
-seconds went (the result's ``seconds``: driver steps, and the tasks' steps summed over units);
-``--json PATH`` writes them.
-Usage: ``python bench/compensate.py [--keys N] [--unit-messages M]``; ``REWIND_BENCH_BOOTSTRAP``
-selects another broker than a fresh tansu.
+Prints messages/s of each, the ratio a/b (and c/b), the driver's RSS, the load average and
+where (a)'s seconds went (the result's ``seconds``: driver steps, and the tasks' steps summed
+over units); ``--json PATH`` writes them.
+Usage: ``python bench/compensate.py [--keys N] [--unit-messages M] [--warm] [--connect]``;
+``REWIND_BENCH_BOOTSTRAP`` selects another broker than a fresh tansu.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, remote: str | None) -> None:
-
+    """Set-up, (a), (c) and (b) on a fresh broker, with Spark ``remote`` when given."""
     from rewind.config import load_settings
     from rewind.job.compensate import UNIT_MESSAGES, compensate_run
     from rewind.spark import session
