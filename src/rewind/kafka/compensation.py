@@ -145,14 +145,21 @@ def _read_partition(
         conf, "compensate-check", {"isolation.level": "read_committed", "fetch.wait.max.ms": 50}
     )
     try:
-        low, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
-        if end <= low:
-            return
+        tp = TopicPartition(topic, partition)
+        low, listed = consumer.get_watermark_offsets(tp, timeout=15)
         consumer.assign([TopicPartition(topic, partition, low)])
+        # the end: the high watermark of the first fetch response, not ListOffsets' alone (tansu
+        # answers the last batch's base offset + 1: the markers after it were not read)
+        end: int | None = None
         last = time.monotonic()
         while True:
             progressed = False
             for msg in consumer.consume(num_messages=1000, timeout=0.2):
+                if end is None:
+                    fetched = consumer.get_watermark_offsets(tp, cached=True)[1]
+                    end = max(listed, fetched if fetched is not None else -1)
+                    if end <= low:
+                        return
                 err = msg.error()
                 if err is not None:
                     if err.code() != KafkaError._PARTITION_EOF:
@@ -169,8 +176,9 @@ def _read_partition(
                 last = now
             elif now - last > stall_timeout_s:
                 raise CompensationError(
-                    f"{topic}/{partition} did not reach offset {end} within {stall_timeout_s:.0f}s reading "
-                    "read_committed: an open transaction holds it back; retry later"
+                    f"{topic}/{partition} did not reach offset {end or listed} within "
+                    f"{stall_timeout_s:.0f}s reading read_committed: an open transaction holds it "
+                    "back; retry later"
                 )
     finally:
         consumer.close()
