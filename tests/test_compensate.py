@@ -246,7 +246,6 @@ def check_shape(
     differing: list[str],
 ) -> None:
     from rewind.job.compensate import compensate_run
-    from rewind.kafka.partitioner import partition_of
 
     plan = compensate_run(settings, run_id, out, shape, dry_run=True)
     if shape == "correction":
@@ -261,11 +260,25 @@ def check_shape(
     done = compensate_run(settings, run_id, out, shape)
     assert not done["already_done"] and done["counts"] == plan["counts"]
     msgs = read_topic(conf, out)
+    assert applied(msgs, run_id, production, plan["messages"], done["units"]) == verified
+
+    again = compensate_run(settings, run_id, out, shape)
+    assert again["already_done"] and len(read_topic(conf, out)) == len(msgs)
+
+
+def applied(
+    msgs: list[Any], run_id: str, production: dict[str, int], messages: int, units: int
+) -> dict[str, int]:
+    """Production's rows with a compensation's messages applied, in each partition's order,
+    after checking each message (keys, partitions, headers) and the markers (one per unit and
+    the final one, on partition 0)."""
+    from rewind.kafka.partitioner import partition_of
+
     data = [m for m in msgs if not any(h[0] == "rewind-marker" for h in m.headers() or [])]
     markers = [m for m in msgs if m not in data]
-    assert len(data) == plan["messages"] and all(m.partition() == 0 for m in markers)
+    assert len(data) == messages and all(m.partition() == 0 for m in markers)
     assert [m.key() for m in markers].count(b"rewind-compensate") == 1  # the final marker
-    assert len(markers) == done["units"] + 1  # and one per unit, each in its unit's transaction
+    assert len(markers) == units + 1  # and one per unit, each in its unit's transaction
     state = dict(production)
     for m in sorted(data, key=lambda m: (m.partition(), m.offset())):
         headers = dict(m.headers())
@@ -284,10 +297,7 @@ def check_shape(
                 del state[sku]
             else:
                 state[sku] = body["new"]["qty"]
-    assert state == verified
-
-    again = compensate_run(settings, run_id, out, shape)
-    assert again["already_done"] and len(read_topic(conf, out)) == len(msgs)
+    return state
 
 
 def test_a_missing_topic_is_refused_in_one_line_and_not_created(

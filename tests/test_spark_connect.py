@@ -554,3 +554,50 @@ def test_a_query_over_archive_and_kafka_equals_the_local_one(
     )
     assert remote["plan"] == local["plan"]
     assert remote["plan"]["archive_offsets"] == 150 and remote["plan"]["kafka_offsets"] == 150
+
+
+# -- compensate: the diff and the units' transactions in the server's tasks -------------------------
+
+
+def test_a_compensate_on_connect_brings_production_to_the_verified_state(
+    world: World, bootstrap: str
+) -> None:
+    """v1 promoted and v2 staged and verified (locally, as ``tests/test_compensate.py`` makes
+    them); ``rewind compensate`` on the server writes what brings production's rows to the
+    verified ones. Connect shows the client no plan, so the changes are shuffled once more into
+    the planned units; run again, it writes nothing."""
+    from tests.test_compensate import OUT_PARTITIONS, applied, make_case, read_topic
+
+    case = make_case(world.tmp / "compensate", bootstrap, "iceberg")
+    settings = case.settings(bootstrap)
+    conf = settings.kafka_config()
+    out = f"stock-model-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, out, OUT_PARTITIONS)
+    env = jf.child_env(settings, REWIND_SPARK_REMOTE=world.remote)
+    del env["REWIND_SPARK_CONF"]  # JVM options of a local driver: the server has its own
+
+    def compensate() -> dict[str, Any]:
+        proc = subprocess.run(
+            [jf.REWIND_BIN, "compensate", case.run_id, "--topic", out, "--json"],
+            cwd=world.tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result: dict[str, Any] = json.loads(proc.stdout)
+        return result
+
+    production, verified, differing = case.expected
+    done = compensate()
+    assert not done["already_done"]
+    assert done["counts"] == {
+        "retract": sum(1 for k in differing if k in production),
+        "correct": sum(1 for k in differing if k in verified),
+    }
+    assert (
+        applied(read_topic(conf, out), case.run_id, production, done["messages"], done["units"]) == verified
+    )
+    again = compensate()
+    assert again["already_done"] and again["messages"] == done["messages"]
