@@ -251,10 +251,7 @@ def check_shape(
     if shape == "correction":
         assert plan["counts"] == {"correction": len(differing)}
     else:
-        assert plan["counts"] == {
-            "retract": sum(1 for k in differing if k in production),
-            "correct": sum(1 for k in differing if k in verified),
-        }
+        assert plan["counts"] == retract_and_correct(production, verified, differing)
     assert read_topic(conf, out) == []  # a dry run writes nothing
 
     done = compensate_run(settings, run_id, out, shape)
@@ -264,6 +261,17 @@ def check_shape(
 
     again = compensate_run(settings, run_id, out, shape)
     assert again["already_done"] and len(read_topic(conf, out)) == len(msgs)
+
+
+def retract_and_correct(
+    production: dict[str, int], verified: dict[str, int], differing: list[str]
+) -> dict[str, int]:
+    """The counts a retract-and-correct compensation writes: a retraction per differing key in
+    production, a correction per differing key verified."""
+    return {
+        "retract": sum(1 for k in differing if k in production),
+        "correct": sum(1 for k in differing if k in verified),
+    }
 
 
 def applied(

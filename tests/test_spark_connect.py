@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -566,38 +566,19 @@ def test_a_compensate_on_connect_brings_production_to_the_verified_state(
     them); ``rewind compensate`` on the server writes what brings production's rows to the
     verified ones. Connect shows the client no plan, so the changes are shuffled once more into
     the planned units; run again, it writes nothing."""
-    from tests.test_compensate import OUT_PARTITIONS, applied, make_case, read_topic
+    from tests.test_compensate import OUT_PARTITIONS, applied, make_case, read_topic, retract_and_correct
 
     case = make_case(world.tmp / "compensate", bootstrap, "iceberg")
-    settings = case.settings(bootstrap)
-    conf = settings.kafka_config()
+    client = replace(world, settings=case.settings(bootstrap))  # the case's state, the same server
+    conf = client.settings.kafka_config()
     out = f"stock-model-{uuid.uuid4().hex[:8]}"
     create_topic(conf, out, OUT_PARTITIONS)
-    env = jf.child_env(settings, REWIND_SPARK_REMOTE=world.remote)
-    del env["REWIND_SPARK_CONF"]  # JVM options of a local driver: the server has its own
-
-    def compensate() -> dict[str, Any]:
-        proc = subprocess.run(
-            [jf.REWIND_BIN, "compensate", case.run_id, "--topic", out, "--json"],
-            cwd=world.tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        result: dict[str, Any] = json.loads(proc.stdout)
-        return result
 
     production, verified, differing = case.expected
-    done = compensate()
+    done = client.rewind("compensate", case.run_id, "--topic", out)
     assert not done["already_done"]
-    assert done["counts"] == {
-        "retract": sum(1 for k in differing if k in production),
-        "correct": sum(1 for k in differing if k in verified),
-    }
-    assert (
-        applied(read_topic(conf, out), case.run_id, production, done["messages"], done["units"]) == verified
-    )
-    again = compensate()
+    assert done["counts"] == retract_and_correct(production, verified, differing)
+    msgs = read_topic(conf, out)
+    assert applied(msgs, case.run_id, production, done["messages"], done["units"]) == verified
+    again = client.rewind("compensate", case.run_id, "--topic", out)
     assert again["already_done"] and again["messages"] == done["messages"]
