@@ -30,7 +30,7 @@ from tests import shadow_fixtures as sf
 from tests.brokers import TestBroker
 from tests.shadow_fixtures import prepared, shadow_env
 from tests.shadow_fold_fixtures import expected_totals, folded_spec
-from tests.test_shadow_iceberg import _lineage_defaults, _ts, wait_for
+from tests.test_shadow_iceberg import BATCH_S, _lineage_defaults, _ts, wait_for
 
 NAME = "fold-ice"
 # micro-batches a second apart (the fixtures use 0.5 s): each is a Spark job and an Iceberg commit
@@ -64,12 +64,13 @@ class FoldingLive(threading.Thread):
             parts = [TopicPartition(self.topic, p) for p in (0, 1)]
             found = consumer.committed(parts, timeout=10)
             consumer.assign([TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in found])
+            catalog = load_catalog(self.settings)
             try:
                 while not self.halt.is_set():
-                    msgs = [m for m in consumer.consume(500, 1.0) if m.error() is None]
+                    msgs = [m for m in consumer.consume(500, BATCH_S) if m.error() is None]
                     if not msgs:
                         continue
-                    table = load_catalog(self.settings).load_table(V1)
+                    table = catalog.load_table(V1)  # by name: the swap replaces it
                     orders = sorted({int(json.loads(m.value())["order_id"]) for m in msgs})
                     now = table.scan(row_filter=In("order_id", orders)).to_arrow().to_pylist()
                     rows = {r["order_id"]: r for r in now}

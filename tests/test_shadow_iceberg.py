@@ -48,6 +48,12 @@ SHADOW = {
 V1 = "app.orders"
 
 
+BATCH_S = 3.0
+"""How long the live services gather a batch: each batch is an Iceberg upsert and commit (a
+scan, a copy-on-write rewrite, a new snapshot), the costliest thing these tests do in Python;
+at 10 events a second a batch of three seconds is a third of the commits of a one-second one."""
+
+
 class IcebergLive(threading.Thread):
     """The live service: reads both partitions from the group's committed offsets (or 0), upserts
     each batch's last event per order into the Iceberg table named, commits the offsets."""
@@ -65,10 +71,11 @@ class IcebergLive(threading.Thread):
             parts = [TopicPartition(self.topic, p) for p in (0, 1)]
             found = consumer.committed(parts, timeout=10)
             consumer.assign([TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in found])
-            table = load_catalog(self.settings).load_table(self.table)
+            catalog = load_catalog(self.settings)
+            table = catalog.load_table(self.table)
             try:
                 while not self.halt.is_set():
-                    msgs = [m for m in consumer.consume(500, 1.0) if m.error() is None]
+                    msgs = [m for m in consumer.consume(500, BATCH_S) if m.error() is None]
                     if not msgs:
                         continue
                     last = {int(json.loads(m.value())["order_id"]): m for m in msgs}
@@ -80,7 +87,7 @@ class IcebergLive(threading.Thread):
                     batch = pa.Table.from_pylist(
                         [{f.name: r.get(f.name) for f in arrow} for r in rows], schema=arrow
                     )
-                    table = load_catalog(self.settings).load_table(self.table)
+                    table = catalog.load_table(self.table)  # by name: the swap replaces it
                     table.upsert(batch, join_cols=["order_id"])
                     ends = {}
                     for m in msgs:
