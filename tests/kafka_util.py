@@ -102,3 +102,24 @@ def writing(
     finally:
         stop.set()
         thread.join(timeout=15)
+
+
+def gather(consumer: Consumer, every_s: float, halt: threading.Event) -> list[Any]:
+    """What arrived since the last call, gathered once every ``every_s`` (sooner when ``halt``
+    is set): a live service's poll loop that leaves its assignment paused between batches.
+
+    noida-db answers a fetch at once when there is nothing to read (it ignores
+    ``fetch.wait.max.ms``), so an assigned consumer that has caught up fetches in a loop:
+    1.3 cores between the broker and the client, measured on a 2-core machine, for as long as
+    a test's live service runs. Paused, it sends no fetch; resumed, its first fetch brings the
+    batch."""
+    halt.wait(every_s)
+    consumer.resume(consumer.assignment())
+    msgs: list[Any] = []
+    while True:
+        got = consumer.consume(500, 0.3)
+        msgs += [m for m in got if m.error() is None]
+        if len(got) < 500:
+            break
+    consumer.pause(consumer.assignment())
+    return msgs

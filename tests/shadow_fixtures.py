@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer
 from rewind.config import Settings, load_settings
 from rewind.errors import RewindError
 from rewind.history import archive_once
-from tests.kafka_util import create_topic
+from tests.kafka_util import create_topic, gather
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDERS = 400
@@ -218,7 +218,7 @@ class LiveConsumer(threading.Thread):
             conn = sqlite3.connect(self.db, timeout=30, isolation_level=None)
             try:
                 while not self.halt.is_set():
-                    msgs = [m for m in consumer.consume(200, 0.2) if m.error() is None]
+                    msgs = gather(consumer, 1.0, self.halt)
                     if not msgs:
                         continue
                     if self.dual is not None:

@@ -28,6 +28,7 @@ from rewind.catalog import load_catalog
 from rewind.config import load_settings
 from tests import shadow_fixtures as sf
 from tests.brokers import TestBroker
+from tests.kafka_util import gather
 from tests.shadow_fixtures import prepared, shadow_env
 from tests.shadow_fold_fixtures import expected_totals, folded_spec
 from tests.test_shadow_iceberg import BATCH_S, _lineage_defaults, _ts, wait_for
@@ -67,7 +68,7 @@ class FoldingLive(threading.Thread):
             catalog = load_catalog(self.settings)
             try:
                 while not self.halt.is_set():
-                    msgs = [m for m in consumer.consume(500, BATCH_S) if m.error() is None]
+                    msgs = gather(consumer, BATCH_S, self.halt)
                     if not msgs:
                         continue
                     table = catalog.load_table(V1)  # by name: the swap replaces it

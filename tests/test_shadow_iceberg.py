@@ -34,6 +34,7 @@ from rewind.config import load_settings
 from rewind.errors import RewindError
 from tests import shadow_fixtures as sf
 from tests.brokers import TestBroker
+from tests.kafka_util import gather
 from tests.shadow_fixtures import prepared, refused, shadow_env
 
 NAME = "shadow-ice"
@@ -49,9 +50,9 @@ V1 = "app.orders"
 
 
 BATCH_S = 3.0
-"""How long the live services gather a batch: each batch is an Iceberg upsert and commit (a
-scan, a copy-on-write rewrite, a new snapshot), the costliest thing these tests do in Python;
-at 10 events a second a batch of three seconds is a third of the commits of a one-second one."""
+"""How long the live services gather a batch (:func:`tests.kafka_util.gather`): each batch is
+an Iceberg upsert and commit (a scan, a copy-on-write rewrite, a new snapshot); at 10 events a
+second a batch of three seconds is a third of the commits of a one-second one."""
 
 
 class IcebergLive(threading.Thread):
@@ -75,7 +76,7 @@ class IcebergLive(threading.Thread):
             table = catalog.load_table(self.table)
             try:
                 while not self.halt.is_set():
-                    msgs = [m for m in consumer.consume(500, BATCH_S) if m.error() is None]
+                    msgs = gather(consumer, BATCH_S, self.halt)
                     if not msgs:
                         continue
                     last = {int(json.loads(m.value())["order_id"]): m for m in msgs}
