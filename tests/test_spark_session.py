@@ -6,7 +6,9 @@ fixture and a user's ``spark.conf`` in a child process that builds its own sessi
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -91,6 +93,33 @@ def test_register_returns_the_source_names(spark: Any) -> None:
     assert all(isinstance(n, str) and n for n in names)
     assert names == [source.name() for source in DATA_SOURCES]
     assert register(spark) == names  # registering again is harmless
+
+
+def test_a_source_name_spark_keeps_taken_is_tried_again_then_named(
+    spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A registration Spark refuses as already existing is tried again (a Connect server
+    refused one now and then that it took moments later); a name that stays taken, here a
+    JVM source's, ends in an error that names it, and Rewind's own source registers again."""
+    from pyspark.sql.datasource import DataSource
+
+    from rewind.errors import RewindError
+
+    # the module, not the package's session() function of the same name
+    spark_session = importlib.import_module("rewind.spark.session")
+
+    class TakenName(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "csv"
+
+    monkeypatch.setattr(spark_session, "_REGISTER_RETRIES_S", (0.01, 0.01))
+    caplog.set_level(logging.DEBUG, logger=spark_session.__name__)
+    with pytest.raises(RewindError, match=r"'csv'.*already exists"):
+        spark_session.register_source(spark, TakenName)
+    tries = [r.getMessage().split(" (")[0] for r in caplog.records]
+    assert tries == ["Spark refused the data source csv"] * 2
+    spark_session.register_source(spark, spark_session._data_sources()[0])  # no error
 
 
 def test_session_returns_the_active_session(spark: Any, settings: Settings) -> None:

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -173,15 +174,47 @@ def register(spark: SparkSession) -> list[str]:
 
     Returns the short names registered, usable in ``spark.read.format(name)``.
     """
-    names = [source.name() for source in _data_sources()]
+    sources = _data_sources()
+    names = [source.name() for source in sources]
     if getattr(spark, "_rewind_sources", None) == names:
         return names  # registering again would only log a "replaced" warning
-    for source in _data_sources():
-        spark.dataSource.register(source)
+    for source in sources:
+        register_source(spark, source)
     # a Connect session may not take attributes; registering twice is harmless there
     with contextlib.suppress(AttributeError):
         spark._rewind_sources = names  # type: ignore[attr-defined]
     return names
+
+
+# how long a Connect session's registration is tried again when the server calls the name taken
+_REGISTER_RETRIES_S = (0.5, 1.0, 2.0)
+
+
+def register_source(spark: SparkSession, source: type[DataSource]) -> None:
+    """Register one Python data source, trying again when a Spark Connect server refuses it.
+
+    Spark refuses a registration with ``DATA_SOURCE_ALREADY_EXISTS`` when looking the name up
+    finds a JVM source of that name, and also when the lookup fails in any other way, and the
+    lookup also asks the registry of whichever session is active on the server's thread.
+    A Connect server that serves several sessions refused, now and then, a session's first
+    registration of ``rewind-kafka`` that the same call made again moments later accepts. A name
+    that stays taken after the last try is a clear error."""
+    for pause in (*_REGISTER_RETRIES_S, None):
+        try:
+            spark.dataSource.register(source)
+            return
+        except Exception as exc:
+            if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+                raise
+            if pause is None:
+                raise RewindError(
+                    f"Spark refused to register Rewind's data source {source.name()!r}: it says a "
+                    f"data source of that name already exists ({exc}). Remove the package that "
+                    "provides a source of that name from the Spark classpath, or ask its "
+                    "administrator which one it is"
+                ) from None
+            log.debug("Spark refused the data source %s (%s); trying again", source.name(), exc)
+            time.sleep(pause)
 
 
 def _data_sources() -> list[type[DataSource]]:
