@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -91,6 +92,11 @@ def executor_env(world: Path) -> Path:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    with tarfile.open(out) as packed:  # what the executors never use stays out of it
+        names = packed.getnames()
+    site = next(n for n in names if n.endswith("/site-packages/rewind/__init__.py")).rsplit("/rewind/", 1)[0]
+    assert not [n for n in names if n.startswith((f"{site}/pip/", f"{site}/pandas/tests/"))]
+    assert f"{site}/pandas/core/frame.py" in names
     return out
 
 
