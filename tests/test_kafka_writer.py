@@ -301,7 +301,10 @@ def test_transactional_failure_leaves_nothing_committed(
         "cast(id as string) as value", f"if(id = {n}, 5, 0) as partition"
     )
     options = kafka_options(
-        broker_bootstrap, topic=topic_name, transactional="true", runId=topic_name,
+        broker_bootstrap,
+        topic=topic_name,
+        transactional="true",
+        runId=topic_name,
         # a queue of at most 100 records: most of the 5,000 must be sent before the bad one
         **{
             "kafka.linger.ms": 0,
@@ -510,9 +513,25 @@ def test_tasks_pace_through_the_drivers_budget(writer_spark, kafka_conf, bootstr
 
 
 def test_local_pacer_is_exact() -> None:
-    pacer = LocalPacer(RateLimit(records_per_second=1000, bytes_per_second=50_000))
-    waited = sum(pacer.acquire(100, 1000, time.sleep) for _ in range(5))  # records bind: 0.1 s each
-    assert waited == pytest.approx(0.4, abs=0.05)
+    """On a clock that moves only by the waits the pacer asks for (a loaded machine's sleeps
+    overshoot, which made a wall-clock sum of the waits swing): records bind, 0.1 s each."""
+    now = [100.0]
+    asked: list[float] = []
+
+    def wait(seconds: float) -> None:
+        asked.append(seconds)
+        now[0] += seconds
+
+    pacer = LocalPacer(RateLimit(records_per_second=1000, bytes_per_second=50_000), clock=lambda: now[0])
+    waited = [pacer.acquire(100, 1000, wait) for _ in range(5)]
+    assert waited == pytest.approx([0.0, 0.1, 0.1, 0.1, 0.1])
+    assert asked == pytest.approx([0.1] * 4)
+    assert now[0] == pytest.approx(100.4)
+    # a wait that overshoots by 30 ms is won back by the next send: the schedule holds
+    late = LocalPacer(RateLimit(records_per_second=1000), clock=lambda: now[0])
+    late.acquire(100, 0, wait)
+    assert late.acquire(100, 0, lambda s: wait(s + 0.03)) == pytest.approx(0.13)
+    assert late.acquire(100, 0, wait) == pytest.approx(0.07)
     assert RateLimit(records_per_second=1000).share(4).records_per_second == 250
 
 

@@ -117,27 +117,30 @@ def reserve(
     return start, (next_records, next_bytes)
 
 
-def wait_until(start: float, wait: Callable[[float], None]) -> float:
-    begun = time.monotonic()
+def wait_until(
+    start: float, wait: Callable[[float], None], clock: Callable[[], float] = time.monotonic
+) -> float:
+    begun = clock()
     remaining = start - begun
     while remaining > 0:
         wait(remaining)
-        remaining = start - time.monotonic()
-    return time.monotonic() - begun
+        remaining = start - clock()
+    return clock() - begun
 
 
 class LocalPacer:
     """A pacer whose state lives in this process (one task's share of a job's limit)."""
 
-    def __init__(self, limit: RateLimit) -> None:
+    def __init__(self, limit: RateLimit, clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
+        self.clock = clock
         self._state = (0.0, 0.0)
         self._lock = threading.Lock()
 
     def acquire(self, records: int, nbytes: int, wait: Callable[[float], None]) -> float:
         with self._lock:
-            start, self._state = reserve(self.limit, self._state, time.monotonic(), records, nbytes)
-        return wait_until(start, wait)
+            start, self._state = reserve(self.limit, self._state, self.clock(), records, nbytes)
+        return wait_until(start, wait, self.clock)
 
 
 class SharedFilePacer:
