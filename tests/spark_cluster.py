@@ -198,5 +198,7 @@ def _wait(
                 return
         except OSError:
             pass  # the web UI is not up yet
+        except ValueError:
+            pass  # it is, but answers its HTML page until its JSON handler is attached
         time.sleep(0.5)
     raise RuntimeError(f"{what} not ready in {timeout_s:g} s\n{cluster.log_tail()}")
