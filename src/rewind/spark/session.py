@@ -186,19 +186,19 @@ def register(spark: SparkSession) -> list[str]:
     return names
 
 
-# how long a Connect session's registration is tried again when the server calls the name taken
+# the pauses before each new try when Spark calls a data source's name taken
 _REGISTER_RETRIES_S = (0.5, 1.0, 2.0)
 
 
 def register_source(spark: SparkSession, source: type[DataSource]) -> None:
-    """Register one Python data source, trying again when a Spark Connect server refuses it.
+    """Register one Python data source, trying again when Spark calls its name taken.
 
-    Spark refuses a registration with ``DATA_SOURCE_ALREADY_EXISTS`` when looking the name up
-    finds a JVM source of that name, and also when the lookup fails in any other way, and the
-    lookup also asks the registry of whichever session is active on the server's thread.
-    A Connect server that serves several sessions refused, now and then, a session's first
-    registration of ``rewind-kafka`` that the same call made again moments later accepts. A name
-    that stays taken after the last try is a clear error."""
+    Spark refuses a registration with ``DATA_SOURCE_ALREADY_EXISTS`` when its lookup of the name
+    finds a JVM source of that name, but also when that lookup throws anything at all, and the
+    lookup asks the registry of whichever session is active on the thread. A Spark Connect
+    server that served several sessions refused a session's first registration of
+    ``rewind-kafka`` once in a suite run: a transient refusal, which a later try need not meet.
+    A name still taken after the last try is a clear error."""
     for pause in (*_REGISTER_RETRIES_S, None):
         try:
             spark.dataSource.register(source)
@@ -210,8 +210,8 @@ def register_source(spark: SparkSession, source: type[DataSource]) -> None:
                 raise RewindError(
                     f"Spark refused to register Rewind's data source {source.name()!r}: it says a "
                     f"data source of that name already exists ({exc}). Remove the package that "
-                    "provides a source of that name from the Spark classpath, or ask its "
-                    "administrator which one it is"
+                    "provides a source of that name from Spark's classpath (its administrator can "
+                    "say which one)"
                 ) from None
             log.debug("Spark refused the data source %s (%s); trying again", source.name(), exc)
             time.sleep(pause)
