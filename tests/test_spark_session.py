@@ -99,8 +99,8 @@ def test_a_source_name_spark_keeps_taken_is_tried_again_then_named(
     spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A registration Spark refuses as already existing is tried again (a Connect server
-    refused one now and then that it took moments later); a name that stays taken, here a
-    JVM source's, ends in an error that names it, and Rewind's own source registers again."""
+    refused Rewind's once in a suite run, a transient refusal); a name that stays taken, here
+    a JVM source's, ends in an error that names it, and Rewind's own source registers again."""
     from pyspark.sql.datasource import DataSource
 
     from rewind.errors import RewindError
