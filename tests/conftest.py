@@ -35,6 +35,7 @@ from tests.brokers import (
     external_gaps,
 )
 from tests.file_order import longest_files_first, recorded_seconds
+from tests.job_fixtures import QUICK_JVM
 
 EXTERNAL_BOOTSTRAP = os.environ.get("REWIND_TEST_BOOTSTRAP")
 PG_DSN = os.environ.get("REWIND_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
@@ -66,8 +67,7 @@ def tansu_broker(session_dir: Path) -> Iterator[TestBroker]:
     """The embedded tansu, started once per test process."""
     from rewind.embedded.broker import BrokerProcess
 
-    broker = BrokerProcess("127.0.0.1", free_port(), session_dir / "broker.pid",
-                           session_dir / "broker.log")
+    broker = BrokerProcess("127.0.0.1", free_port(), session_dir / "broker.pid", session_dir / "broker.log")
     broker.start(timeout_s=30)
     try:
         yield TestBroker(TANSU, broker.address, TANSU_GAPS)
@@ -117,9 +117,7 @@ def settings(session_dir: Path, bootstrap: str) -> Settings:
         "REWIND_BOOTSTRAP_SERVERS": bootstrap,
         # test jobs are small: a JVM that starts fast (client JIT, serial GC) beats one that
         # runs fast; measured 42 s instead of 65-78 s for a whole `rewind run` under load
-        "REWIND_SPARK_CONF": json.dumps(
-            {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-        ),
+        "REWIND_SPARK_CONF": json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM}),
     }
     return load_settings(env=env, cwd=session_dir)
 
@@ -186,8 +184,7 @@ def iceberg_catalog(tmp_path: Path):  # type: ignore[no-untyped-def]
 
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
-    return SqlCatalog("test", uri=f"sqlite:///{tmp_path / 'catalog.db'}",
-                      warehouse=warehouse.as_uri())
+    return SqlCatalog("test", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=warehouse.as_uri())
 
 
 @pytest.fixture(autouse=True)

@@ -26,9 +26,9 @@ import pyspark
 
 from rewind.spark.class_archive import java_options
 from tests.conftest import free_port
+from tests.job_fixtures import QUICK_JVM  # heap sizes go in their own settings
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"  # heap sizes go in their own settings
 
 
 @dataclass

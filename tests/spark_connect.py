@@ -33,11 +33,11 @@ import pyspark
 
 from rewind.spark.class_archive import java_options
 from tests.conftest import free_port
+from tests.job_fixtures import QUICK_JVM
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 REPO = Path(__file__).resolve().parents[1]
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 EXTERNAL_REMOTE = os.environ.get("REWIND_TEST_SPARK_REMOTE", "")
 
 

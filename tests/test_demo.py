@@ -20,6 +20,7 @@ from rewind.demo.errors import DemoFailed
 from rewind.demo.scene import Window
 from rewind.demo.story import _check_main, run_demo
 from rewind.job.service import open_ledger, show_run
+from tests import job_fixtures as jf
 from tests.brokers import TestBroker
 
 
@@ -110,9 +111,7 @@ def test_the_shadow_story_migrates_order_totals_while_orders_keep_arriving(
         env={
             "REWIND_STATE_DIR": str(tmp_path / "state"),
             "REWIND_BOOTSTRAP_SERVERS": noida_broker.bootstrap,
-            "REWIND_SPARK_CONF": json.dumps(
-                {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-            ),
+            "REWIND_SPARK_CONF": json.dumps({"spark.driver.extraJavaOptions": jf.QUICK_JVM}),
         },
         cwd=tmp_path,
     )
