@@ -33,6 +33,11 @@ from pathlib import Path
 FOLDER = Path(sys.prefix) / "share" / "rewind"
 """Where the archive lives: the virtualenv's, with the PySpark (and jars) it was made from."""
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+BUILDER = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""The options of the JVMs that make and try the archive: what a JVM maps is the classes it
+loaded, not what its JIT compiled, so the C2 compiler's threads and the parallel collector are
+spared (measured on a 2-core machine: the build 35 s instead of 40 s, 39 s of CPU instead of 54,
+and a cold run's JVM as fast with either archive)."""
 
 
 def archive_path() -> Path:
@@ -105,11 +110,13 @@ def build() -> Path:
     with tempfile.TemporaryDirectory(prefix="rewind-cds-") as tmp:
         made = Path(tmp) / path.name
         data = str(Path(tmp) / "rows")
-        _spark_python(f"-XX:ArchiveClassesAtExit={made} {QUIET}", data, "train")
+        _spark_python(f"-XX:ArchiveClassesAtExit={made} {BUILDER} {QUIET}", data, "train")
         if not made.is_file():
             raise RuntimeError("the training JVM wrote no class archive")
         # a JVM that must map it, and checks every region it maps (a cut file fails here)
-        _spark_python(f"-XX:SharedArchiveFile={made} -Xshare:on -XX:+VerifySharedSpaces {QUIET}", data, "try")
+        _spark_python(
+            f"-XX:SharedArchiveFile={made} -Xshare:on -XX:+VerifySharedSpaces {BUILDER} {QUIET}", data, "try"
+        )
         for old in path.parent.glob("spark-*-classes.*"):  # another PySpark's, or a cut copy
             old.unlink()
         partial = path.with_name(path.name + ".partial")
