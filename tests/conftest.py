@@ -9,7 +9,6 @@ a sink, the CLI): the embedded tansu, or ``REWIND_TEST_BOOTSTRAP``.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import uuid
@@ -35,7 +34,7 @@ from tests.brokers import (
     external_gaps,
 )
 from tests.file_order import longest_files_first, recorded_seconds
-from tests.job_fixtures import QUICK_JVM
+from tests.job_fixtures import QUICK_SPARK_CONF
 
 EXTERNAL_BOOTSTRAP = os.environ.get("REWIND_TEST_BOOTSTRAP")
 PG_DSN = os.environ.get("REWIND_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
@@ -117,7 +116,7 @@ def settings(session_dir: Path, bootstrap: str) -> Settings:
         "REWIND_BOOTSTRAP_SERVERS": bootstrap,
         # test jobs are small: a JVM that starts fast (client JIT, serial GC) beats one that
         # runs fast; measured 42 s instead of 65-78 s for a whole `rewind run` under load
-        "REWIND_SPARK_CONF": json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM}),
+        "REWIND_SPARK_CONF": QUICK_SPARK_CONF,
     }
     return load_settings(env=env, cwd=session_dir)
 

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer
 from rewind.config import Settings, load_settings
 from rewind.errors import RewindError
 from rewind.history import archive_once
-from tests.job_fixtures import QUICK_JVM
+from tests.job_fixtures import QUICK_SPARK_CONF
 from tests.kafka_util import create_topic, gather
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -298,7 +298,7 @@ def shadow_env(tmp_path: Path, bootstrap: str) -> dict[str, str]:
     return {
         "REWIND_STATE_DIR": str(tmp_path / "state"),
         "REWIND_BOOTSTRAP_SERVERS": bootstrap,
-        "REWIND_SPARK_CONF": json.dumps({"spark.driver.extraJavaOptions": QUICK_JVM}),
+        "REWIND_SPARK_CONF": QUICK_SPARK_CONF,
     }
 
 

@@ -111,7 +111,7 @@ def test_the_shadow_story_migrates_order_totals_while_orders_keep_arriving(
         env={
             "REWIND_STATE_DIR": str(tmp_path / "state"),
             "REWIND_BOOTSTRAP_SERVERS": noida_broker.bootstrap,
-            "REWIND_SPARK_CONF": json.dumps({"spark.driver.extraJavaOptions": jf.QUICK_JVM}),
+            "REWIND_SPARK_CONF": jf.QUICK_SPARK_CONF,
         },
         cwd=tmp_path,
     )

@@ -73,7 +73,7 @@ def doctor_run(broker_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) 
     env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_") or k == "REWIND_TANSU_BIN"}
     env |= {"REWIND_BOOTSTRAP_SERVERS": broker_bootstrap, "REWIND_STATE_DIR": str(cwd / "state")}
     # the Spark check starts one JVM for one tiny job: without C2 it starts much faster
-    env["REWIND_SPARK_CONF"] = json.dumps({"spark.driver.extraJavaOptions": jf.QUICK_JVM})
+    env["REWIND_SPARK_CONF"] = jf.QUICK_SPARK_CONF
     before = topic_names(broker_bootstrap)
     t0 = time.monotonic()
     result = subprocess.run(

@@ -73,7 +73,7 @@ def test_the_wheel_installs_in_a_clean_virtualenv_and_runs_a_job(tmp_path: Path)
     stack = {**env, "REWIND_DEV_BROKER_PORT": str(port), "REWIND_STATE_DIR": str(outside / ".rewind")}
     # the doctor's and the job's JVMs each run one small job: without the C2 compiler's threads
     # the two took 18.9 s of CPU instead of 31.6 s with Spark's defaults (a quiet 2-core machine)
-    stack["REWIND_SPARK_CONF"] = json.dumps({"spark.driver.extraJavaOptions": jf.QUICK_JVM})
+    stack["REWIND_SPARK_CONF"] = jf.QUICK_SPARK_CONF
     sh([rewind, "dev", "up"], outside, stack, timeout=120)
     try:
         doctor: dict[str, Any] = json.loads(sh([rewind, "doctor", "--json"], outside, stack).stdout)
