@@ -95,6 +95,20 @@ def test_register_returns_the_source_names(spark: Any) -> None:
     assert register(spark) == names  # registering again is harmless
 
 
+def test_registering_rewinds_sources_skips_sparks_lookup_of_installed_ones(spark: Any) -> None:
+    """Spark looks up ``pyspark_*`` packages in a Python process of its own when a session
+    first registers a Python source, unless the driver's PYSPARK_DRIVER_PYTHON names no
+    command; Rewind's session names none, so the lookup never ran (its result stays unset),
+    and Rewind's own sources still read."""
+    from rewind.spark import register
+
+    names = register(spark)
+    manager = getattr(spark._jvm.org.apache.spark.sql.execution.datasources, "DataSourceManager$")
+    assert not getattr(manager, "MODULE$").dataSourceBuilders().isDefined()
+    registered = spark._jsparkSession.sessionState().dataSourceManager()
+    assert names and all(registered.dataSourceExists(name) for name in names)
+
+
 def test_a_source_name_spark_keeps_taken_is_tried_again_then_named(
     spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
