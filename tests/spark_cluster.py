@@ -1,6 +1,6 @@
 """A Spark standalone cluster on loopback, started from the PySpark distribution for a test.
 
-One master and ``workers`` workers of one core each (``spark-class ...Master`` / ``...Worker``,
+One master and ``workers`` workers of ``cores`` cores each (``spark-class ...Master`` / ``...Worker``,
 as a user would start them without a Spark download), each a process of its own started and
 stopped by pid. The master's ``/json`` page says when the workers registered and, after a
 job, which applications ran on how many cores.
@@ -93,7 +93,11 @@ def can_isolate() -> str | None:
 
 @contextmanager
 def spark_cluster(
-    folder: Path, workers: int = 2, timeout_s: float = 120, hidden: list[Path] | None = None
+    folder: Path,
+    workers: int = 2,
+    timeout_s: float = 120,
+    hidden: list[Path] | None = None,
+    cores: int = 1,
 ) -> Iterator[SparkCluster]:
     """``hidden``: folders the workers must not see (each in its own mount namespace, with
     only a bare Python, the Spark distribution and the network); None: plain workers."""
@@ -155,7 +159,7 @@ def spark_cluster(
                             "--host",
                             "127.0.0.1",
                             "--cores",
-                            "1",
+                            str(cores),
                             "--memory",
                             "1g",
                             "--webui-port",

@@ -1,12 +1,16 @@
 """Executors that share nothing with the driver but the network: a job's output on such a
 cluster equals the local run's, row for row, into Iceberg, PostgreSQL and a Kafka topic.
 
-The two workers of the standalone cluster (:mod:`tests.spark_cluster`) each run in a mount
-namespace of their own, where the project checkout (with its virtualenv) and the driver's
-``state_dir`` are empty tmpfs folders: a worker has the Spark distribution, a bare Python and
-the network, nothing else. Rewind and its dependencies reach the executors as the packed
-virtualenv ``scripts/executor_env.py`` builds (``spark.archives``), the translate module as a
-zip (``spark.submit.pyFiles``). The warehouse is an S3 bucket (moto's server), and so, with
+The worker of the standalone cluster (:mod:`tests.spark_cluster`) runs in a mount namespace of
+its own, where the project checkout (with its virtualenv) and the driver's ``state_dir`` are
+empty tmpfs folders: it has the Spark distribution, a bare Python and the network, nothing
+else. It has two cores, so a job's two tasks run at once in its executor, as on two workers;
+one worker instead of two spares every job an executor's start and its unpacking of the
+archive (tests/test_cluster.py runs a job over two workers).
+
+Rewind and its dependencies reach the executors as the packed virtualenv
+``scripts/executor_env.py`` builds (``spark.archives``), the translate module as a zip
+(``spark.submit.pyFiles``). The warehouse is an S3 bucket (moto's server), and so, with
 the executors possibly elsewhere, is the spool through which the tasks hand the SQL and Kafka
 sinks their units (:meth:`rewind.config.Settings.spool_root`).
 
@@ -82,8 +86,8 @@ def executor_env(world: Path) -> Path:
             str(out),
             "--work",
             str(jf.REPO / "build" / "test-executor-env"),
-            # stored, not compressed: packed in ~4 s instead of ~14 s, and each of the six
-            # executors below unpacks it in about half the time (the cluster is on this machine)
+            # stored, not compressed: packed in ~4 s instead of ~14 s, and the executor and the
+            # driver of each job below unpack it in about half the time (all on this machine)
             "--compress-level",
             "0",
         ],
@@ -114,7 +118,7 @@ def translate_zip(world: Path) -> Path:
 def cluster(world: Path) -> Iterator[SparkCluster]:
     hidden = [jf.REPO, world / "state"]
     (world / "state").mkdir(exist_ok=True)
-    with spark_cluster(world / "spark-cluster", hidden=hidden) as c:
+    with spark_cluster(world / "spark-cluster", workers=1, cores=2, hidden=hidden) as c:
         yield c
 
 
@@ -234,7 +238,7 @@ def test_isolated_executors_write_what_a_local_run_writes(
 
     # Kafka: the driver produces the units the tasks spooled to the object store
     out, local = both("iso-kafka", {"kafka": {"topic": f"iso-{tag}"}}, {"kafka": {"topic": f"loc-{tag}"}})
-    # (the workers cannot see the driver's state_dir: a spool there would fail this run)
+    # (the worker cannot see the driver's state_dir: a spool there would fail this run)
     assert topic_records(conf, out["staging"]["topic"]) == topic_records(
         conf, local.to_dict()["staging"]["topic"]
     )
