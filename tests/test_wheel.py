@@ -45,6 +45,10 @@ def test_the_wheel_installs_in_a_clean_virtualenv_and_runs_a_job(tmp_path: Path)
     outside.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "PYSPARK_", "VIRTUAL_ENV"))}
     env.pop("PYTHONPATH", None)
+    # the first process to import a module caches its bytecode for the next ones (with pip's
+    # --no-compile below); where the machine sets PYTHONDONTWRITEBYTECODE, each of the ~10
+    # processes below would compile pandas, PySpark and Rewind again from source
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
 
