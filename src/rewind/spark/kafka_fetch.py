@@ -94,7 +94,7 @@ def fetch_ranges(
         single_topic = next(iter(topics)) if len(topics) == 1 else None
         last_progress = time.monotonic()
         while open_parts:
-            messages = consumer.consume(batch_messages, 1.0)
+            messages = consumer.consume(_wanted(open_parts, positions, ends, batch_messages), 1.0)
             if not messages:
                 if time.monotonic() - last_progress > poll_timeout_s:
                     stuck = ", ".join(f"{t}/{p} at {positions[t, p]} of {ends[t, p]}" for t, p in open_parts)
@@ -140,6 +140,23 @@ def fetch_ranges(
                 yield batch
     finally:
         consumer.close()
+
+
+def _wanted(
+    open_parts: set[tuple[str, int]],
+    positions: dict[tuple[str, int], int],
+    ends: dict[tuple[str, int], int],
+    batch_messages: int,
+) -> int:
+    """How many messages to ask ``consume`` for: it returns when it has that many or when its
+    timeout passes. Asked for a whole batch, the read of a range smaller than one waited out
+    the timeout at its end (1 s per range, however small). What is still to come is at most
+    the offsets left plus one end-of-partition event per open partition; where gaps (markers,
+    aborted or compacted records) make it fewer, the call still ends at its timeout, as
+    before, and a partition that goes on past its range's end fills the count with records
+    the mask drops."""
+    left = sum(ends[tp] - positions[tp] for tp in open_parts) + len(open_parts)
+    return max(1, min(batch_messages, left))
 
 
 def _last_and_mask(
@@ -252,7 +269,9 @@ def partition_counts(batch: pa.RecordBatch) -> dict[tuple[str, int], int]:
     return {
         (t, p): n
         for t, p, n in zip(
-            counts["topic"].to_pylist(), counts["partition"].to_pylist(), counts["count_all"].to_pylist(),
+            counts["topic"].to_pylist(),
+            counts["partition"].to_pylist(),
+            counts["count_all"].to_pylist(),
             strict=True,
         )
     }
