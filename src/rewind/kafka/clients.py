@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rewind.errors import BrokerUnreachable, ConfigError
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer, Message, Producer
     from confluent_kafka.admin import AdminClient, ClusterMetadata, TopicMetadata
 
 RDKAFKA_LOGGER = logging.getLogger("rewind.librdkafka")
@@ -198,6 +198,17 @@ def consumer(conf: dict[str, Any]) -> Consumer:
     from confluent_kafka import Consumer
 
     return _build(Consumer, {"log_level": QUIET_LOG_LEVEL, **conf})
+
+
+def ready_messages(client: Consumer, timeout_s: float, limit: int) -> list[Message]:
+    """Up to ``limit`` messages (end-of-partition events included): waits at most
+    ``timeout_s`` for the first, then takes only what has already arrived. ``consume(limit,
+    timeout_s)`` instead waits until it holds ``limit`` or the timeout passes, so a loop that
+    reads to the end of a partition waited out the whole timeout on its last call."""
+    first = client.poll(timeout_s)
+    if first is None:
+        return []
+    return [first, *client.consume(num_messages=limit - 1, timeout=0)] if limit > 1 else [first]
 
 
 def cluster_metadata(conf: dict[str, Any], timeout_s: float = 10.0) -> ClusterMetadata:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from rewind.core.windows import TP
 from rewind.errors import PlanError
+from rewind.kafka.clients import ready_messages
 from rewind.kafka.read_plan import Method
 
 if TYPE_CHECKING:
@@ -86,10 +87,7 @@ class Prober:
                     f"the broker did not answer a fetch on {names} within {self.timeout_s:g}s "
                     "while planning offsets"
                 )
-            # poll() returns at the first message; consume() would wait out its whole timeout
-            first = self.consumer.poll(0.05)
-            batch = [first, *self.consumer.consume(num_messages=500, timeout=0)] if first is not None else []
-            for msg in batch:
+            for msg in ready_messages(self.consumer, 0.05, 501):
                 err = msg.error()
                 tp = (msg.topic(), msg.partition())
                 if tp not in pending:

@@ -27,7 +27,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from rewind.catalog import load_catalog
-from rewind.kafka.clients import cluster_metadata
+from rewind.kafka.clients import cluster_metadata, ready_messages
 from rewind.tables.selection import choose
 from rewind.translate.functions import load_callable
 from rewind.verify.exceptions import VerifyError
@@ -69,7 +69,7 @@ def run_events(conf: dict[str, Any], topic: str, run_id: str) -> pd.DataFrame:
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         left = set(parts)
         while left:
-            for msg in consumer.consume(1000, timeout=2.0):
+            for msg in ready_messages(consumer, 2.0, 1000):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
