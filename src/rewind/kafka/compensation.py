@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.errors import RewindError
-from rewind.kafka.clients import private_consumer, producer
+from rewind.kafka.clients import private_consumer, producer, ready_messages
 from rewind.kafka.producer import TransactionalProducer
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def _read_partition(
         last = time.monotonic()
         while True:
             progressed = False
-            for msg in consumer.consume(num_messages=1000, timeout=0.2):
+            for msg in ready_messages(consumer, 0.2, 1000):
                 if end is None:
                     fetched = consumer.get_watermark_offsets(tp, cached=True)[1]
                     end = max(listed, fetched if fetched is not None else -1)

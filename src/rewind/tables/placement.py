@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from rewind.kafka.clients import private_consumer
+from rewind.kafka.clients import private_consumer, ready_messages
 from rewind.kafka.groups import committed_offsets, log_bounds
 from rewind.kafka.partitioner import Partitioner, partitions_for
 from rewind.tables.readers import Key
@@ -122,7 +122,7 @@ def _timestamps_at(conf: dict[str, Any], offsets: dict[tuple[str, int], int]) ->
         consumer.assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
         deadline = time.monotonic() + 10
         while len(found) < len(offsets) and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=100, timeout=0.5):
+            for msg in ready_messages(consumer, 0.5, 100):
                 tp = (msg.topic() or "", msg.partition() or 0)
                 if msg.error() is not None:  # end of partition: a marker was the last "record"
                     continue

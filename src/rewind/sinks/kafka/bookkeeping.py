@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rewind.kafka.capabilities import _Probe
-from rewind.kafka.clients import cluster_metadata, private_consumer
+from rewind.kafka.clients import cluster_metadata, private_consumer, ready_messages
 from rewind.kafka.clients import producer as make_producer
 from rewind.sinks.kafka.exceptions import KafkaSinkError, short_error
 from rewind.sinks.kafka.topics import (
@@ -204,7 +204,7 @@ def read_log(
         called = False
         while pending:
             progressed = False
-            for msg in consumer.consume(num_messages=5000, timeout=0.2):
+            for msg in ready_messages(consumer, 0.2, 5000):
                 p = msg.partition()
                 if p not in pending:
                     continue
