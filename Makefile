@@ -26,10 +26,12 @@ $(DEMO_STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 
 # the tests, lint, benchmarks: the demo's venv plus the dev extras (pytest, noida-db, moto, ruff...)
 # and Spark's classes parsed once into a class-data-sharing archive (src/rewind/spark/class_archive.py):
-# every cold JVM of the suite and the benchmarks then starts ~2 s sooner
+# every cold JVM of the suite and the benchmarks then starts ~2 s sooner. The archive needs only
+# PySpark and Rewind, both there since the demo's step, so it is made while pip adds the dev
+# extras; it imports Rewind from src/ because pip reinstalls Rewind's editable link meanwhile
 $(DEV_STAMP): $(DEMO_STAMP) pyproject.toml constraints.txt
-	$(BIN)/pip install -q -c constraints.txt -e '.[embedded,dev]'
-	$(BIN)/python -c 'import rewind.spark.class_archive as a; a.main()'
+	PYTHONPATH=$(CURDIR)/src $(BIN)/python -c 'import rewind.spark.class_archive as a; a.main()' & archive=$$!; \
+	$(BIN)/pip install -q -c constraints.txt -e '.[embedded,dev]' && wait $$archive
 	touch $(DEV_STAMP)
 
 # Debian's chromium and prometheus, as root where apt-get exists; without them the two tests that
