@@ -10,6 +10,7 @@ a sink, the CLI): the embedded tansu, or ``REWIND_TEST_BOOTSTRAP``.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import uuid
 from collections.abc import Iterator
@@ -54,6 +55,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def restart_port() -> int:
+    """A free port for a server a test stops and starts again on the same address: below the
+    kernel's ephemeral range, so that while the server is down no other process's listener
+    on port 0 (a JVM's, a Spark driver's, another worker's :func:`free_port`) can take it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12_000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port below the ephemeral range (from {low})")
 
 
 @pytest.fixture(scope="session")

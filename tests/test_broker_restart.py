@@ -34,7 +34,7 @@ from rewind.job.service import open_ledger
 from rewind.spark.ratelimit import default_state_dir
 from tests import job_fixtures as jf
 from tests.brokers import NOIDA, NoidaProcess, broker_names
-from tests.conftest import EXTERNAL_BOOTSTRAP, free_port
+from tests.conftest import EXTERNAL_BOOTSTRAP, restart_port
 from tests.kafka_util import create_topic
 from tests.reproduce_fixtures import read_topic
 from tests.test_cli_errors import REWIND
@@ -59,7 +59,7 @@ class RestartableBroker:
     """noida-db on one port and data folder across SIGTERM/SIGKILL and restarts."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.proc = NoidaProcess("127.0.0.1", free_port(), run_dir)
+        self.proc = NoidaProcess("127.0.0.1", restart_port(), run_dir)
 
     @property
     def address(self) -> str:

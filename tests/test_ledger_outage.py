@@ -27,7 +27,7 @@ from rewind.config import Settings, load_settings
 from rewind.core.ranges import OffsetRange
 from rewind.ledger import LeaseHeld, LeaseLost, Ledger, LedgerUnavailable, connect
 from tests import job_fixtures as jf
-from tests.conftest import free_port
+from tests.conftest import restart_port
 from tests.kafka_util import create_topic
 from tests.pg_cluster import PgCluster
 
@@ -136,7 +136,7 @@ def test_an_outage_beyond_the_budget_fails_in_one_line_and_the_ledger_recovers(
 def test_a_database_never_reached_fails_at_once() -> None:
     from rewind.errors import RewindError
 
-    url = f"postgresql://postgres@127.0.0.1:{free_port()}/ledger"
+    url = f"postgresql://postgres@127.0.0.1:{restart_port()}/ledger"
     began = time.monotonic()
     with pytest.raises(RewindError) as opened:
         Ledger.open(url, retry_s=60)

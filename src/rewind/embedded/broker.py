@@ -155,6 +155,11 @@ class BrokerProcess:
             time.sleep(0.05)
         if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
+            # the signal is sent at once, the process and its listening socket go a moment
+            # later: a start right after this (a restart) must find the port free
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and pid_alive(pid):
+                time.sleep(0.05)
         _reap(pid)
         return True
 
