@@ -29,7 +29,7 @@ import pytest
 
 from rewind.cli.app import SPARK_LOG_FILE
 from rewind.config import Settings, load_settings
-from rewind.embedded.broker import pid_alive
+from rewind.embedded.broker import wait_gone
 from rewind.job.service import open_ledger
 from rewind.spark.ratelimit import default_state_dir
 from tests import job_fixtures as jf
@@ -77,9 +77,7 @@ class RestartableBroker:
         pid = self.proc.pid()
         assert pid is not None, "the broker is not running"
         os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_gone(pid, 10)
         self.proc.pid_file.unlink(missing_ok=True)
 
     def stop(self) -> None:

@@ -150,18 +150,23 @@ class BrokerProcess:
         if pid is None:
             return False
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and pid_alive(pid):
-            time.sleep(0.05)
-        if pid_alive(pid):
+        if not wait_gone(pid, timeout_s):
             os.kill(pid, signal.SIGKILL)
             # the signal is sent at once, the process and its listening socket go a moment
             # later: a start right after this (a restart) must find the port free
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and pid_alive(pid):
-                time.sleep(0.05)
+            wait_gone(pid, timeout_s)
         _reap(pid)
         return True
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``pid`` to exit; True when it did."""
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _reap(pid: int) -> None:
