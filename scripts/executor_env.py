@@ -26,7 +26,8 @@ network. Keep the ``.tar.gz`` name either way: Spark unpacks a plain ``.tar`` wi
 files' modes, and the environment's ``bin/python`` would not run.
 
 The virtualenv stays in ``--work`` (``build/executor-env``): the next build with the same Python,
-pins and runtime requirements reinstalls only Rewind into it and packs it again.
+pins and runtime requirements reinstalls only Rewind into it and packs it again. It is made
+without pip: the pip of the Python that runs this script (22.3 or later) installs into it.
 """
 
 from __future__ import annotations
@@ -92,11 +93,14 @@ def build(
     venv = work / "executor-env"
     stamp = venv / ".rewind-dependencies"
     key = dependencies_key(extra)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # the pip of this Python installs into the virtualenv, which has none of its own: the archive
+    # leaves pip out anyway, and installing it (venv's ensurepip) cost 7 s of CPU per build
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q"]
+    pip += ["--disable-pip-version-check"]
     if extra or not stamp.is_file() or stamp.read_text() != key:
         shutil.rmtree(venv, ignore_errors=True)
         base = getattr(sys, "_base_executable", sys.executable)
-        run([base, "-m", "venv", str(venv)])
+        run([base, "-m", "venv", "--without-pip", str(venv)])
         run([*pip, "-c", str(REPO / "constraints.txt"), *runtime_requirements(), *extra])
         stamp.write_text(key)
     # Rewind itself, built as a wheel (venv-pack refuses editable installs)
