@@ -28,10 +28,17 @@ $(DEMO_STAMP): pyproject.toml constraints.txt scripts/check-java.sh
 # and Spark's classes parsed once into a class-data-sharing archive (src/rewind/spark/class_archive.py):
 # every cold JVM of the suite and the benchmarks then starts ~2 s sooner. The archive needs only
 # PySpark and Rewind, both there since the demo's step, so it is made while pip adds the dev
-# extras; it imports Rewind from src/ because pip reinstalls Rewind's editable link meanwhile
+# extras; it imports Rewind from src/ because pip reinstalls Rewind's editable link meanwhile.
+# While the archive is still being made, one collection of the tests writes pytest's cache of
+# the rewritten test modules: pytest keeps each module's rewritten asserts in a bytecode cache of
+# its own and writes none where PYTHONDONTWRITEBYTECODE is set, so each of the suite's 4 workers
+# would parse and rewrite every test module and plugin again (a collection took 21 s of CPU
+# without that cache, 8.5 s with it, on a 2-core machine). Best effort: the run reports errors.
 $(DEV_STAMP): $(DEMO_STAMP) pyproject.toml constraints.txt
 	PYTHONPATH=$(CURDIR)/src $(BIN)/python -c 'import rewind.spark.class_archive as a; a.main()' & archive=$$!; \
-	$(BIN)/pip install -q -c constraints.txt -e '.[embedded,dev]' && wait $$archive
+	$(BIN)/pip install -q -c constraints.txt -e '.[embedded,dev]' && { \
+	  env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --collect-only -qq -p no:cacheprovider >/dev/null 2>&1; \
+	  wait $$archive; }
 	touch $(DEV_STAMP)
 
 # Debian's chromium and prometheus, as root where apt-get exists; without them the two tests that
@@ -64,13 +71,8 @@ demo: install-demo
 	$(BIN)/python -m compileall -q src
 	$(BIN)/rewind demo
 
-# pytest keeps each test module's rewritten asserts in a bytecode cache of its own, and writes
-# none where PYTHONDONTWRITEBYTECODE is set: each of the 4 workers would then parse and rewrite
-# every test module and plugin again while collecting (21 s of CPU per collection instead of 8.5 s
-# on a 2-core machine). One collection first writes that cache; an error in it, the run reports.
 test: install test-tools
 	$(BIN)/python -m compileall -q src tests
-	-env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --collect-only -qq >/dev/null 2>&1
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
