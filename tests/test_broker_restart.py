@@ -259,6 +259,41 @@ def test_reproduce_survives_a_broker_restart_mid_wave(noida: RestartableBroker, 
     assert {int(p.key): p.value for p in produced} == {a.id: a.message() for a in good}
 
 
+@restarts_the_broker
+def test_a_transactional_producer_says_it_lost_the_broker_during_its_transaction(
+    noida: RestartableBroker, tmp_path: Path
+) -> None:
+    """What a unit's writer asks before it commits (rewind.core.unit_redo): the broker killed
+    and restarted while a transaction was open is seen; a clean transaction is not."""
+    from rewind.kafka.producer import TransactionalProducer
+
+    conf = _settings(tmp_path, noida).kafka_config()
+    topic = f"lost-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, topic, 1)
+    txn = TransactionalProducer(conf, transactional_id=f"t-{topic}", topic=topic, call_timeout_s=30)
+    txn.open()
+    try:
+        txn.begin()
+        txn.client.produce(topic, b"before")  # type: ignore[union-attr]
+        txn.flush()
+        assert not txn.broker_lost
+        time.sleep(1.5)  # past the last second, which noida-db may lose when killed
+        noida.kill()
+        time.sleep(2)
+        noida.start()
+        txn.client.produce(topic, b"after")  # type: ignore[union-attr]
+        txn.flush(timeout_s=60)
+        assert txn.broker_lost
+        txn.abort()
+        txn.begin()  # a new transaction starts with nothing lost
+        txn.client.produce(topic, b"again")  # type: ignore[union-attr]
+        txn.flush(timeout_s=60)
+        assert not txn.broker_lost
+        txn.commit()
+    finally:
+        txn.close()
+
+
 class _Err:
     def __init__(self, name: str, fatal: bool = False) -> None:
         self._name, self._fatal = name, fatal

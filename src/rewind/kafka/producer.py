@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_BROKER_LOST = ("_TRANSPORT", "_ALL_BROKERS_DOWN")
+
 
 class ProducerFailed(RewindError):
     """The producer failed or Kafka refused records."""
@@ -66,6 +68,9 @@ class TransactionalProducer:
         """The first refused records: (error, topic, partition or -1)."""
         self.failed = 0
         self.fatal: KafkaError | None = None
+        self.broker_lost = False
+        """The client lost a broker (librdkafka's ``_TRANSPORT`` or ``_ALL_BROKERS_DOWN``) since the
+        last :meth:`begin`: a writer may choose not to commit the open transaction."""
 
     def open(self) -> Producer:
         """Build the client (step 1); ``init_transactions`` when transactional."""
@@ -85,6 +90,7 @@ class TransactionalProducer:
     def begin(self) -> None:
         """Step 2: a transaction starts (a no-op without a transactional id)."""
         if self.transactional_id is not None:
+            self.broker_lost = False
             self._step("begin_transaction", self._opened().begin_transaction)
             self.in_transaction = True
 
@@ -168,6 +174,8 @@ class TransactionalProducer:
             self.fatal = err
         else:
             log.debug("producer: %s", err.str())
+        if err.name() in _BROKER_LOST:
+            self.broker_lost = True
 
 
 def _connect(client: Producer, topic: str, timeout_s: float) -> None:

@@ -44,7 +44,6 @@ from rewind.tables.stage import (
     TableUnitOutput,
     TableUnits,
     UnitWriter,
-    _first_attempt,
     run_unit_tasks,
 )
 from rewind.translate.factory import transform_name
@@ -120,14 +119,14 @@ class ReconstructUnits(TableUnits):
         super().__init__(ctx, writer)
         self.facts = facts
 
-    def _unit(self, index: int, reporter: TaskReporter) -> TableUnitOutput:
+    def _write_unit(self, index: int, reporter: TaskReporter, first_attempt: bool) -> TableUnitOutput:
         ctx = self.ctx
         unit = ctx.units[index]
         lo, hi = ctx.ranges[index]
         spec = JobSpec.model_validate_json(ctx.spec_json)
         table = spec.source.table
         assert table is not None and spec.translate.transition is not None
-        session = self.writer.open(unit.id, _first_attempt(unit.id, ctx.attempted))  # 1.
+        session = self.writer.open(unit.id, first_attempt)  # 1.
         if session.done is not None:
             done = session.done
             return TableUnitOutput(

@@ -37,6 +37,7 @@ from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import RecordCounts
 from rewind.core.parquet import open_writer
 from rewind.core.store import WarehouseStore, active_store
+from rewind.core.unit_redo import redo_interrupted
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.kafka.partitioner import partitions_for
@@ -138,13 +139,20 @@ class TableUnits:
             reporter.close()
 
     def _unit(self, index: int, reporter: TaskReporter) -> TableUnitOutput:
+        unit_id = self.ctx.units[index].id
+        return redo_interrupted(
+            lambda first: self._write_unit(index, reporter, first),
+            _first_attempt(unit_id, self.ctx.attempted),
+        )
+
+    def _write_unit(self, index: int, reporter: TaskReporter, first_attempt: bool) -> TableUnitOutput:
         ctx = self.ctx
         unit = ctx.units[index]
         lo, hi = ctx.ranges[index]
         spec = JobSpec.model_validate_json(ctx.spec_json)
         table = spec.source.table
         assert table is not None
-        session = self.writer.open(unit.id, _first_attempt(unit.id, ctx.attempted))  # 1.
+        session = self.writer.open(unit.id, first_attempt)  # 1.
         if session.done is not None:
             done = session.done
             return TableUnitOutput(

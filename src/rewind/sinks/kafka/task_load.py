@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
 from rewind.core.store import filesystem
+from rewind.core.unit_redo import redo_interrupted
 from rewind.sinks.kafka.bookkeeping import KafkaStaging
 from rewind.sinks.kafka.commit_writer import remove_file
 from rewind.sinks.kafka.unit_writer import UnitWriter
@@ -72,8 +73,22 @@ class KafkaTaskLoader:
         self, unit_id: str, files: list[str], quarantine_files: list[str], counts: dict[str, Any]
     ) -> tuple[dict[str, Any], bool]:
         """Steps 1-3 of the module docstring; returns the unit's counts as recorded (with its
-        quarantine files) and whether this call produced it."""
-        session = self.writer.open(unit_id, first_attempt(unit_id, self.attempted))  # 1.
+        quarantine files) and whether this call produced it. A unit whose transaction the broker
+        interrupted is loaded again (:mod:`rewind.core.unit_redo`)."""
+        return redo_interrupted(
+            lambda first: self._load(unit_id, files, quarantine_files, counts, first),
+            first_attempt(unit_id, self.attempted),
+        )
+
+    def _load(
+        self,
+        unit_id: str,
+        files: list[str],
+        quarantine_files: list[str],
+        counts: dict[str, Any],
+        first_attempt: bool,
+    ) -> tuple[dict[str, Any], bool]:
+        session = self.writer.open(unit_id, first_attempt)  # 1.
         if session.done is not None:
             done = session.done
             return {**done.counts, QUARANTINE_FILES: list(done.quarantine_files)}, False

@@ -25,7 +25,10 @@ its own transactional id, holding the unit's records and its commit marker in
    together or not at all.
 
 On any failure: abort (purging what is queued), close, raise. Per-key order holds because one
-key is in one unit, read ``ORDER BY key`` and produced by one idempotent producer.
+key is in one unit, read ``ORDER BY key`` and produced by one idempotent producer. A transaction
+during which the producer lost the broker is aborted instead of committed
+(:class:`~rewind.core.unit_redo.UnitInterrupted`), and the task writes the unit again
+(:mod:`rewind.core.unit_redo` says why).
 
 On a broker whose ``read_committed`` shows aborted records (tansu 0.6, see ``rewind doctor``)
 the records of an aborted attempt stay visible beside the committed retry; the run's marker
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.arrow import schema_from_b64
+from rewind.core.unit_redo import UnitInterrupted
 from rewind.kafka.clients import producer as make_producer
 from rewind.kafka.partitioner import partitions_for
 from rewind.kafka.producer import TransactionalProducer
@@ -257,6 +261,11 @@ class UnitSession:
             )
             self._txn.flush()
             faults.point("reproduce-before-end")
+            if self._txn.broker_lost:
+                raise UnitInterrupted(
+                    f"unit {self.unit_id}: the broker went away while its transaction was open; "
+                    "the transaction was aborted"
+                )
             self._txn.commit()
         except BaseException:
             self.abort()
