@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_BROKER_LOST = ("_TRANSPORT", "_ALL_BROKERS_DOWN")
+# every broker connection down at once; a single connection's close (``_TRANSPORT``) is not
+# counted: brokers close connections idle for 10 minutes, which a long transaction outlives
+_BROKER_LOST = ("_ALL_BROKERS_DOWN",)
 
 
 class ProducerFailed(RewindError):
@@ -69,8 +71,8 @@ class TransactionalProducer:
         self.failed = 0
         self.fatal: KafkaError | None = None
         self.broker_lost = False
-        """The client lost a broker (librdkafka's ``_TRANSPORT`` or ``_ALL_BROKERS_DOWN``) since the
-        last :meth:`begin`: a writer may choose not to commit the open transaction."""
+        """The client lost every broker at once (librdkafka's ``_ALL_BROKERS_DOWN``) since the last
+        :meth:`begin`: a writer may choose not to commit the open transaction."""
 
     def open(self) -> Producer:
         """Build the client (step 1); ``init_transactions`` when transactional."""
