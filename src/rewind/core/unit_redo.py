@@ -2,7 +2,7 @@
 
 A task that writes its units in transactions of its own (the Kafka sink's
 :mod:`rewind.sinks.kafka.unit_writer`) does not commit a transaction during which its client
-lost the broker: it aborts it and raises :class:`UnitInterrupted`, and the task writes the unit
+lost every broker at once: it aborts it and raises :class:`UnitInterrupted`, and the task writes the unit
 again from its start (:func:`redo_interrupted`), in a new transaction that fences the old one.
 
 Why: noida-db, killed while a unit's transaction was open and started again, committed the

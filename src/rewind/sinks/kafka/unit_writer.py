@@ -26,7 +26,7 @@ its own transactional id, holding the unit's records and its commit marker in
 
 On any failure: abort (purging what is queued), close, raise. Per-key order holds because one
 key is in one unit, read ``ORDER BY key`` and produced by one idempotent producer. A transaction
-during which the producer lost the broker is aborted instead of committed
+during which the producer lost every broker is aborted instead of committed
 (:class:`~rewind.core.unit_redo.UnitInterrupted`), and the task writes the unit again
 (:mod:`rewind.core.unit_redo` says why).
 
