@@ -2,8 +2,9 @@
 
 A task that writes its units in transactions of its own (the Kafka sink's
 :mod:`rewind.sinks.kafka.unit_writer`) does not commit a transaction during which its client
-lost every broker at once: it aborts it and raises :class:`UnitInterrupted`, and the task writes the unit
-again from its start (:func:`redo_interrupted`), in a new transaction that fences the old one.
+lost every broker at once: it aborts it and raises :class:`UnitInterrupted`, and the task
+writes the unit again from its start (:func:`redo_interrupted`), in a new transaction that
+fences the old one.
 
 Why: noida-db, killed while a unit's transaction was open and started again, committed the
 unit's marker and not its records. The records stayed in the log as aborted ones, so the
