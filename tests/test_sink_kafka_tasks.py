@@ -20,9 +20,13 @@ hides aborted records (noida-db): elsewhere the driver produces, and test_sink_k
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from rewind.config import load_settings
 from tests import job_fixtures as jf
@@ -165,6 +169,58 @@ def test_a_task_loader_produces_its_unit_once_and_pays_the_drivers_budget(
     assert not loaded and again["rows_out"] == 250 and again["quarantine_files"] == ["q.parquet"]
     records = rf.read_topic(conf, staging.topic)
     assert [(r.partition, int(r.key)) for r in records] == [(1, 1_000_000 + o) for o in range(250)]
+
+
+def test_a_unit_whose_commit_fails_is_written_again_and_lands_once(
+    tmp_path: Path, broker: TestBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit's transaction that fails at its commit (here another attempt of the unit fences it
+    after its last flush; a broker restarted during the commit answers INVALID_TXN_STATE) is
+    written again in the same task, after a look for its marker, and lands once."""
+    broker.require(READ_COMMITTED)
+    from rewind.core.unit_redo import redo_interrupted
+    from rewind.sinks.kafka.unit_writer import CommittedUnit, UnitWriter
+    from tests.test_sink_kafka import SCHEMA, new_sink, output_rows, unit
+
+    conf = broker.conf()
+    src = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, src, 2)
+    sink = new_sink(conf, src, tmp_path, transactional=True)
+    run_id = f"r-{uuid.uuid4().hex[:8]}"
+    staging = sink.prepare(run_id, SCHEMA)
+    writer = UnitWriter(conf=dict(sink.conf), staging=staging.to_dict(), key=("order_id",))
+    unit_id, rows = unit(src, 0, 0, 120), output_rows(src, 0, 0, 120, run_id)
+    paused = tmp_path / "paused"
+    # the first attempt holds still between its last flush and its commit (an idle sleep)
+    monkeypatch.setenv("REWIND_FAULT_PAUSE", "reproduce-before-end:8")
+    monkeypatch.setenv("REWIND_FAULT_PAUSED", str(paused))
+    attempts: list[bool] = []
+
+    def write(first_attempt: bool) -> Any:
+        attempts.append(first_attempt)
+        session = writer.open(unit_id, first_attempt)
+        if session.done is not None:
+            return session.done
+        session.produce(rows)
+        return session.commit({"records_read": 120, "rows_out": 120}, [])
+
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(redo_interrupted, write, True)
+        deadline = time.monotonic() + 60
+        while not Path(f"{paused}.reproduce-before-end").exists():
+            assert time.monotonic() < deadline and not first.done(), "the unit never reached its commit"
+            time.sleep(0.05)
+        monkeypatch.delenv("REWIND_FAULT_PAUSE")
+        writer.open(unit_id, False).abort()  # another attempt fences the paused transaction
+        result = first.result(timeout=120)
+
+    assert attempts == [True, False]  # the commit failed, and the redo looked for the marker
+    assert not isinstance(result, CommittedUnit) and result["rows"] == 120
+    records = rf.read_topic(conf, staging.topic)
+    assert sorted(int(r.key) for r in records) == list(range(120))  # each once
+    assert writer.open(unit_id, False).done == CommittedUnit(
+        unit_id, {"records_read": 120, "rows_out": 120}, [], 120
+    )
 
 
 def test_a_sql_translate_into_the_kafka_sink_keeps_each_partitions_order(

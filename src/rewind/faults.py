@@ -31,7 +31,9 @@ Slow points: ``REWIND_FAULT_PAUSE=<point>:<seconds>`` (several: comma-separated)
 :func:`pause` sleep that long each time the run passes ``point``, for tests of what a slow step
 must not get wrong. ``shadow-verify-read`` sits between the reads of v2 and v1 in
 :mod:`rewind.shadow.verify`; ``archive-task-read`` at the start of each archive task's read,
-after the pass planned its ranges (:mod:`rewind.history.archive_files`).
+after the pass planned its ranges (:mod:`rewind.history.archive_files`);
+``reproduce-before-end`` in a unit's transaction, flushed and not yet committed
+(:mod:`rewind.sinks.kafka.unit_writer`).
 ``REWIND_FAULT_PAUSED=<path>`` creates ``<path>.<point>`` as a pause begins, so a test knows
 the step is held there (a Spark task's pause is in another process) and acts meanwhile.
 """

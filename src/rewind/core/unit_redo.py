@@ -2,9 +2,11 @@
 
 A task that writes its units in transactions of its own (the Kafka sink's
 :mod:`rewind.sinks.kafka.unit_writer`) does not commit a transaction during which its client
-lost every broker at once: it aborts it and raises :class:`UnitInterrupted`, and the task
-writes the unit again from its start (:func:`redo_interrupted`), in a new transaction that
-fences the old one.
+lost every broker at once: it aborts it and raises :class:`UnitInterrupted`, as it does when
+the commit itself fails. The task writes the unit again from its start
+(:func:`redo_interrupted`), in a new transaction that fences the old one; that attempt first
+looks for the unit's marker, so a commit that failed on the client but landed on the broker is
+not written twice.
 
 Why: noida-db, killed while a unit's transaction was open and started again, committed the
 unit's marker and not its records. The records stayed in the log as aborted ones, so the
@@ -30,8 +32,9 @@ REDOS = 3
 
 
 class UnitInterrupted(RewindError):
-    """The broker went away while a unit's transaction was open: the transaction was aborted and
-    nothing of it is visible; the unit can be written again."""
+    """The broker went away while a unit's transaction was open, or its commit failed: nothing
+    of the unit is visible, or (a failed commit that landed) all of it with its marker. The unit
+    can be written again by an attempt that looks for its marker first."""
 
 
 def redo_interrupted(write: Callable[[bool], T], first_attempt: bool) -> T:

@@ -26,8 +26,9 @@ its own transactional id, holding the unit's records and its commit marker in
 
 On any failure: abort (purging what is queued), close, raise. Per-key order holds because one
 key is in one unit, read ``ORDER BY key`` and produced by one idempotent producer. A transaction
-during which the producer lost every broker is aborted instead of committed
-(:class:`~rewind.core.unit_redo.UnitInterrupted`), and the task writes the unit again
+during which the producer lost every broker is aborted instead of committed, and one whose
+commit failed is left to the next attempt (both :class:`~rewind.core.unit_redo.UnitInterrupted`):
+the task writes the unit again, or finds its marker if that commit did land
 (:mod:`rewind.core.unit_redo` says why).
 
 On a broker whose ``read_committed`` shows aborted records (tansu 0.6, see ``rewind doctor``)
@@ -261,12 +262,19 @@ class UnitSession:
             )
             self._txn.flush()
             faults.point("reproduce-before-end")
+            faults.pause("reproduce-before-end")
             if self._txn.broker_lost:
                 raise UnitInterrupted(
                     f"unit {self.unit_id}: the broker went away while its transaction was open; "
                     "the transaction was aborted"
                 )
-            self._txn.commit()
+            try:
+                self._txn.commit()
+            except KafkaSinkError as exc:
+                # the commit's outcome is unknown (a broker restarted during it, or one that lost
+                # the transaction, answers INVALID_TXN_STATE): the next attempt fences this one,
+                # then finds the unit's marker if the commit did land, else writes the unit again
+                raise UnitInterrupted(f"unit {self.unit_id}: its transaction did not commit ({exc})") from exc
         except BaseException:
             self.abort()
             raise
