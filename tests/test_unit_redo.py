@@ -4,6 +4,9 @@ tests/test_broker_restart.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -49,3 +52,24 @@ def test_any_other_failure_is_not_written_again() -> None:
     with pytest.raises(ValueError, match="refused"):
         redo_interrupted(write, True)
     assert calls == [True]
+
+
+def test_a_redo_is_said_on_stderr_where_nothing_set_up_logging() -> None:
+    """As in a Spark task's Python worker (whose stderr goes to spark.log): the library's
+    NullHandler alone would swallow the warning."""
+    code = (
+        "from rewind.core.unit_redo import UnitInterrupted, redo_interrupted\n"
+        "tries = []\n"
+        "def write(first):\n"
+        "    tries.append(first)\n"
+        "    if len(tries) == 1:\n"
+        "        raise UnitInterrupted('unit u-7: its transaction did not commit')\n"
+        "    return 'done'\n"
+        "print(redo_interrupted(write, True))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "done"
+    assert proc.stderr.splitlines() == [
+        "rewind: unit u-7: its transaction did not commit; writing the unit again"
+    ]

@@ -9,6 +9,7 @@ warnings went there); with ``--debug``, everything goes to stderr.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 from rewind.secrets import mask_text
@@ -95,3 +96,23 @@ def warnings_in_file() -> tuple[int, Path | None]:
         if isinstance(handler, _LogFile) and getattr(handler, "_rewind", False):
             return handler.warnings, handler.path
     return 0, None
+
+
+def to_stderr_unless_configured(logger: logging.Logger) -> logging.Logger:
+    """``logger`` (under ``rewind``), given a handler of its own that prints ``rewind: <message>``
+    to stderr while :func:`configure` has not set up Rewind's logging, as in a Spark task's Python
+    worker, where the library's ``NullHandler`` would swallow a warning; where it has, the own
+    handler goes and records propagate to the configured ones."""
+    configured = any(getattr(h, "_rewind", False) for h in logging.getLogger("rewind").handlers)
+    own = [h for h in logger.handlers if getattr(h, "_rewind_stderr", False)]
+    if not configured and not own:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("rewind: %(message)s"))
+        handler._rewind_stderr = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+    elif configured and own:
+        for old in own:
+            logger.removeHandler(old)
+        logger.propagate = True
+    return logger

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from rewind.errors import RewindError
+from rewind.logs import to_stderr_unless_configured
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def redo_interrupted(write: Callable[[bool], T], first_attempt: bool) -> T:
         except UnitInterrupted as exc:
             if redo == REDOS:
                 raise
-            log.warning("%s; writing the unit again", exc)
+            # a task's worker has no logging set up: this reaches spark.log as the outage lines do
+            to_stderr_unless_configured(log).warning("%s; writing the unit again", exc)
             first = False
     raise AssertionError("unreachable: the last attempt returned or raised")

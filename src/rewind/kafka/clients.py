@@ -13,7 +13,6 @@ routed (bulk reads in Spark tasks) print no log lines of their own below ``LOG_C
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 import uuid
@@ -21,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rewind.errors import BrokerUnreachable, ConfigError
+from rewind.logs import to_stderr_unless_configured
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Message, Producer
@@ -103,19 +103,7 @@ def _outage_log() -> logging.Logger:
     driver's log on a cluster): there the warning is printed like :data:`logging.lastResort`
     would, were it not for the library's ``NullHandler``.
     """
-    configured = any(getattr(h, "_rewind", False) for h in logging.getLogger("rewind").handlers)
-    own = [h for h in OUTAGE_LOG.handlers if getattr(h, "_rewind_outage", False)]
-    if not configured and not own:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("rewind: %(message)s"))
-        handler._rewind_outage = True  # type: ignore[attr-defined]
-        OUTAGE_LOG.addHandler(handler)
-        OUTAGE_LOG.propagate = False
-    elif configured and own:
-        for old in own:
-            OUTAGE_LOG.removeHandler(old)
-        OUTAGE_LOG.propagate = True
-    return OUTAGE_LOG
+    return to_stderr_unless_configured(OUTAGE_LOG)
 
 
 def _with_logger(conf: dict[str, Any]) -> dict[str, Any]:
