@@ -263,7 +263,7 @@ def test_reproduce_survives_a_broker_restart_mid_wave(noida: RestartableBroker, 
 def test_a_transactional_producer_says_it_lost_the_broker_during_its_transaction(
     noida: RestartableBroker, tmp_path: Path
 ) -> None:
-    """What a unit's writer asks before it commits (rewind.core.unit_redo): the broker killed
+    """What a unit's writer asks before it commits (rewind.kafka.unit_redo): the broker killed
     and restarted while a transaction was open is seen; a clean transaction is not."""
     from rewind.kafka.producer import TransactionalProducer
 

@@ -178,7 +178,7 @@ def test_a_unit_whose_commit_fails_is_written_again_and_lands_once(
     after its last flush; a broker restarted during the commit answers INVALID_TXN_STATE) is
     written again in the same task, after a look for its marker, and lands once."""
     broker.require(READ_COMMITTED)
-    from rewind.core.unit_redo import redo_interrupted
+    from rewind.kafka.unit_redo import redo_interrupted
     from rewind.sinks.kafka.unit_writer import CommittedUnit, UnitWriter
     from tests.test_sink_kafka import SCHEMA, new_sink, output_rows, unit
 

@@ -1,4 +1,4 @@
-"""A unit whose transaction the broker interrupted is written again (rewind.core.unit_redo);
+"""A unit whose transaction the broker interrupted is written again (rewind.kafka.unit_redo);
 the broker's side of it, a producer that lost its broker mid-transaction, is in
 tests/test_broker_restart.py."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rewind.core.unit_redo import REDOS, UnitInterrupted, redo_interrupted
+from rewind.kafka.unit_redo import REDOS, UnitInterrupted, redo_interrupted
 
 
 @given(interruptions=st.integers(min_value=0, max_value=REDOS), first=st.booleans())
@@ -58,7 +58,7 @@ def test_a_redo_is_said_on_stderr_where_nothing_set_up_logging() -> None:
     """As in a Spark task's Python worker (whose stderr goes to spark.log): the library's
     NullHandler alone would swallow the warning."""
     code = (
-        "from rewind.core.unit_redo import UnitInterrupted, redo_interrupted\n"
+        "from rewind.kafka.unit_redo import UnitInterrupted, redo_interrupted\n"
         "tries = []\n"
         "def write(first):\n"
         "    tries.append(first)\n"

@@ -37,10 +37,10 @@ from rewind.core.arrow import schema_from_b64
 from rewind.core.counts import RecordCounts
 from rewind.core.parquet import open_writer
 from rewind.core.store import WarehouseStore, active_store
-from rewind.core.unit_redo import redo_interrupted
 from rewind.core.units import WorkUnit
 from rewind.errors import RewindError
 from rewind.kafka.partitioner import partitions_for
+from rewind.kafka.unit_redo import redo_interrupted
 from rewind.spark.job_stage import task_error
 from rewind.spark.pace_server import PaceAddress, RemotePacer
 from rewind.spark.progress_channel import ProgressAddress, TaskReporter

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewind.core.counts import QUARANTINE_FILES_KEY as QUARANTINE_FILES
 from rewind.core.store import filesystem
-from rewind.core.unit_redo import redo_interrupted
+from rewind.kafka.unit_redo import redo_interrupted
 from rewind.sinks.kafka.bookkeeping import KafkaStaging
 from rewind.sinks.kafka.commit_writer import remove_file
 from rewind.sinks.kafka.unit_writer import UnitWriter
@@ -74,7 +74,7 @@ class KafkaTaskLoader:
     ) -> tuple[dict[str, Any], bool]:
         """Steps 1-3 of the module docstring; returns the unit's counts as recorded (with its
         quarantine files) and whether this call produced it. A unit whose transaction the broker
-        interrupted is loaded again (:mod:`rewind.core.unit_redo`)."""
+        interrupted is loaded again (:mod:`rewind.kafka.unit_redo`)."""
         return redo_interrupted(
             lambda first: self._load(unit_id, files, quarantine_files, counts, first),
             first_attempt(unit_id, self.attempted),

@@ -27,9 +27,9 @@ its own transactional id, holding the unit's records and its commit marker in
 On any failure: abort (purging what is queued), close, raise. Per-key order holds because one
 key is in one unit, read ``ORDER BY key`` and produced by one idempotent producer. A transaction
 during which the producer lost every broker is aborted instead of committed, and one whose
-commit failed is left to the next attempt (both :class:`~rewind.core.unit_redo.UnitInterrupted`):
+commit failed is left to the next attempt (both :class:`~rewind.kafka.unit_redo.UnitInterrupted`):
 the task writes the unit again, or finds its marker if that commit did land
-(:mod:`rewind.core.unit_redo` says why).
+(:mod:`rewind.kafka.unit_redo` says why).
 
 On a broker whose ``read_committed`` shows aborted records (tansu 0.6, see ``rewind doctor``)
 the records of an aborted attempt stay visible beside the committed retry; the run's marker
@@ -49,10 +49,10 @@ from typing import TYPE_CHECKING, Any
 
 from rewind import faults
 from rewind.core.arrow import schema_from_b64
-from rewind.core.unit_redo import UnitInterrupted
 from rewind.kafka.clients import producer as make_producer
 from rewind.kafka.partitioner import partitions_for
 from rewind.kafka.producer import TransactionalProducer
+from rewind.kafka.unit_redo import UnitInterrupted
 from rewind.sinks.kafka.avro_fit import AvroSchemaMismatch
 from rewind.sinks.kafka.avro_target import values_of
 from rewind.sinks.kafka.bookkeeping import (
