@@ -66,6 +66,18 @@ def _source(tmp_path: Path, broker: TestBroker) -> tuple[Any, dict[str, Any], st
     return settings, conf, src
 
 
+def _staged(tmp_path: Path, broker: TestBroker) -> tuple[dict[str, Any], str, Any, Any]:
+    """A new 2-partition source topic on ``broker`` and a transactional Kafka sink's staging
+    for a new run: (conf, source topic, sink, staging)."""
+    from tests.test_sink_kafka import SCHEMA, new_sink
+
+    conf = broker.conf()
+    src = f"orders-{uuid.uuid4().hex[:8]}"
+    create_topic(conf, src, 2)
+    sink = new_sink(conf, src, tmp_path, transactional=True)
+    return conf, src, sink, sink.prepare(f"r-{uuid.uuid4().hex[:8]}", SCHEMA)
+
+
 def test_task_produced_units_survive_a_killed_task_and_a_killed_driver(
     tmp_path: Path, broker: TestBroker, spark: Any
 ) -> None:
@@ -145,14 +157,10 @@ def test_a_task_loader_produces_its_unit_once_and_pays_the_drivers_budget(
     from rewind.sinks.kafka.task_load import task_loader
     from rewind.spark.pace_server import PaceServer
     from rewind.spark.ratelimit import RateLimit
-    from tests.test_sink_kafka import SCHEMA, new_sink, output_rows, unit
+    from tests.test_sink_kafka import output_rows, unit
 
-    conf = broker.conf()
-    src = f"orders-{uuid.uuid4().hex[:8]}"
-    create_topic(conf, src, 2)
-    sink = new_sink(conf, src, tmp_path, transactional=True)
-    run_id = f"r-{uuid.uuid4().hex[:8]}"
-    staging = sink.prepare(run_id, SCHEMA)
+    conf, src, sink, staging = _staged(tmp_path, broker)
+    run_id = staging.run_id
     assert staging.read_committed == "supported"
     server = PaceServer(RateLimit(2_000.0))  # chunks of 100 rows: a 250-row unit asks 3 times
     try:
@@ -180,16 +188,11 @@ def test_a_unit_whose_commit_fails_is_written_again_and_lands_once(
     broker.require(READ_COMMITTED)
     from rewind.kafka.unit_redo import redo_interrupted
     from rewind.sinks.kafka.unit_writer import CommittedUnit, UnitWriter
-    from tests.test_sink_kafka import SCHEMA, new_sink, output_rows, unit
+    from tests.test_sink_kafka import output_rows, unit
 
-    conf = broker.conf()
-    src = f"orders-{uuid.uuid4().hex[:8]}"
-    create_topic(conf, src, 2)
-    sink = new_sink(conf, src, tmp_path, transactional=True)
-    run_id = f"r-{uuid.uuid4().hex[:8]}"
-    staging = sink.prepare(run_id, SCHEMA)
+    conf, src, sink, staging = _staged(tmp_path, broker)
     writer = UnitWriter(conf=dict(sink.conf), staging=staging.to_dict(), key=("order_id",))
-    unit_id, rows = unit(src, 0, 0, 120), output_rows(src, 0, 0, 120, run_id)
+    unit_id, rows = unit(src, 0, 0, 120), output_rows(src, 0, 0, 120, staging.run_id)
     paused = tmp_path / "paused"
     # the first attempt holds still between its last flush and its commit (an idle sleep)
     monkeypatch.setenv("REWIND_FAULT_PAUSE", "reproduce-before-end:8")

@@ -46,6 +46,7 @@ from rewind.spark.pace_server import PaceAddress, RemotePacer
 from rewind.spark.progress_channel import ProgressAddress, TaskReporter
 from rewind.spark.ratelimit import RateLimit, SharedFilePacer, default_state_dir, shared_state_path
 from rewind.spark.topology import default_parallelism
+from rewind.spark.unit_produce import first_attempt
 from rewind.spec import JobSpec
 from rewind.tables.placement import key_bytes
 from rewind.tables.readers import Key, Selection, TableReader
@@ -142,7 +143,7 @@ class TableUnits:
         unit_id = self.ctx.units[index].id
         return redo_interrupted(
             lambda first: self._write_unit(index, reporter, first),
-            _first_attempt(unit_id, self.ctx.attempted),
+            first_attempt(unit_id, self.ctx.attempted),
         )
 
     def _write_unit(self, index: int, reporter: TaskReporter, first_attempt: bool) -> TableUnitOutput:
@@ -243,16 +244,6 @@ class TableUnits:
         return SharedFilePacer(
             limit, shared_state_path(default_state_dir(), f"read-{self.ctx.rate_limit_id}")
         )
-
-
-def _first_attempt(unit_id: str, attempted: frozenset[str]) -> bool:
-    """No attempt of the unit can have committed: the run never started it, and this is the
-    Spark task's first attempt (a retried or speculative task may follow a committed one)."""
-    # lazy: avoids pyspark at import
-    from pyspark import TaskContext
-
-    task = TaskContext.get()
-    return unit_id not in attempted and task is not None and task.attemptNumber() == 0
 
 
 def result_arrow_schema() -> pa.Schema:
