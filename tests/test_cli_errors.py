@@ -1,5 +1,10 @@
 """The command line's error contract: one masked ``error:`` line on stderr, a non-zero exit,
-no traceback unless ``--debug``; with ``--json`` stdout stays one parseable JSON object."""
+no traceback unless ``--debug``; with ``--json`` stdout stays one parseable JSON object.
+
+The doctors against a dead address are ``rewind`` child processes; the other commands run in
+the test's own process through the same CLI (tests/cli_in_process.py), which reports the exit
+code, stdout and stderr a child would.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +18,8 @@ from typing import Any
 
 import pytest
 
-try:
-    from tests.conftest import free_port
-except ImportError:  # tests/ run as a plain folder, not a package
-    from conftest import free_port  # type: ignore[no-redef]
+from tests import cli_in_process
+from tests.conftest import free_port
 
 REWIND = str(Path(sys.executable).with_name("rewind"))
 PASSWORD = "cli-Secret-Pw-771"
@@ -28,9 +31,7 @@ def cli_env(**env: str) -> dict[str, str]:
 
 
 def run_cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [REWIND, *args], env=cli_env(**env), cwd=cwd, capture_output=True, text=True, timeout=120
-    )
+    return cli_in_process.rewind(args, cwd=cwd, env=cli_env(**env))
 
 
 def error_lines(stderr: str) -> list[str]:

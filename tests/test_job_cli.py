@@ -1,8 +1,9 @@
-"""The job commands as a user runs them: ``rewind plan|run|resume|show|runs`` in child processes.
+"""The job commands as a user runs them: ``rewind plan|run|resume|show|runs``.
 
-Only one child starts Spark (``rewind run``); it also serves Prometheus metrics, scraped
-once its first wave committed. The others answer in about a second. Progress while a wave
-runs is in tests/test_job_progress.py.
+The run that moves data is a child process, as a user starts it: it starts Spark and serves
+Prometheus metrics, scraped once its first wave committed, for as long as it lives. The
+other commands (plans, refusals, what a run shows) run in the test's own process through the
+same CLI (tests/cli_in_process.py). Progress while a wave runs is in tests/test_job_progress.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from rewind.config import Settings, load_settings
+from tests import cli_in_process
 from tests import job_fixtures as jf
 from tests.conftest import free_port
 from tests.kafka_util import create_topic
@@ -42,10 +44,9 @@ class Cli:
     def env(self) -> dict[str, str]:
         return jf.child_env(self.settings)
 
-    def rewind(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [REWIND, *args], cwd=self.tmp, env=self.env(), capture_output=True, text=True, timeout=timeout
-        )
+    def rewind(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """``rewind ARGS`` in this process, with ``env`` on top of :meth:`env`."""
+        return cli_in_process.rewind(list(args), cwd=self.tmp, env={**self.env(), **env})
 
     def spec_file(self, name: str, **changes: Any) -> Path:
         data = jf.order_spec(
@@ -61,7 +62,9 @@ class Cli:
 
 
 @pytest.fixture(scope="module")
-def cli(tmp_path_factory: pytest.TempPathFactory, bootstrap: str) -> Cli:
+def cli(tmp_path_factory: pytest.TempPathFactory, bootstrap: str, spark: Any) -> Cli:
+    """The topic and spec of the module; ``spark``: a refused ``rewind run`` in this process
+    takes the tests' session, which it starts early (before its checks), as a child does."""
     tmp = tmp_path_factory.mktemp("job-cli")
     settings = load_settings(
         env={"REWIND_BOOTSTRAP_SERVERS": bootstrap, "REWIND_STATE_DIR": str(tmp / "state")}, cwd=tmp
@@ -255,15 +258,10 @@ def test_show_and_runs_read_as_text_on_a_narrow_terminal(cli: Cli) -> None:
     """For people: staging as fields (no Python dict, no encoded schema), the state, and the
     run id whole even at 60 columns (users copy it into the next command)."""
     run = next(r for r in one_json(cli.rewind("runs", "--json"))["runs"] if r["state"] == "succeeded")
-    narrow = {**cli.env(), "COLUMNS": "60"}
-    listed = subprocess.run(
-        [REWIND, "runs"], cwd=cli.tmp, env=narrow, capture_output=True, text=True, timeout=60
-    )
+    listed = cli.rewind("runs", COLUMNS="60")
     assert listed.returncode == 0, listed.stderr
     assert any(run["run_id"] in line for line in listed.stdout.splitlines()), listed.stdout
-    shown = subprocess.run(
-        [REWIND, "show", run["run_id"]], cwd=cli.tmp, env=narrow, capture_output=True, text=True, timeout=60
-    )
+    shown = cli.rewind("show", run["run_id"], COLUMNS="60")
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())  # soft-wrapped lines joined
     assert f"{run['run_id']} (orders-cli) succeeded" in text
@@ -276,13 +274,11 @@ def test_a_stored_plan_run_against_a_dead_broker_fails_fast_and_creates_nothing(
     lease or prepares staging, and says it in the one line `rewind plan` gives."""
     plan_id = one_json(cli.rewind("plan", str(cli.spec), "--json"))["plan_id"]
     runs_before = one_json(cli.rewind("runs", "--json"))["runs"]
-    dead = {**cli.env(), "REWIND_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
+    dead = f"127.0.0.1:{free_port()}"
 
     def rewind_dead(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
         began = time.monotonic()
-        proc = subprocess.run(
-            [REWIND, *args], cwd=cli.tmp, env=dead, capture_output=True, text=True, timeout=120
-        )
+        proc = cli.rewind(*args, REWIND_BOOTSTRAP_SERVERS=dead)
         return proc, time.monotonic() - began
 
     planned, _ = rewind_dead("plan", str(cli.spec))

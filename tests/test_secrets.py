@@ -16,8 +16,7 @@ import pytest
 from rewind import logs
 from rewind.config import Settings, load_settings
 from rewind.secrets import MASK, is_secret_key, mask, mask_text, mask_url
-
-REWIND = str(Path(sys.executable).with_name("rewind"))
+from tests import cli_in_process
 
 SASL_PASSWORD = "kafka-Pa55word!"
 S3_SECRET = "s3-SecretKey-0123"
@@ -45,15 +44,9 @@ def secret_settings(tmp_path: Path) -> Settings:
 
 
 def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``rewind ARGS`` in this process (tests/cli_in_process.py), with only ``env``'s settings."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_") or k == "REWIND_TANSU_BIN"}
-    return subprocess.run(
-        [REWIND, *args],
-        env={**base, "COLUMNS": "200", **env},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return cli_in_process.rewind(args, cwd=cwd, env={**base, "COLUMNS": "200", **env})
 
 
 def assert_no_secret(text: str) -> None:

@@ -1,12 +1,12 @@
 """``rewind promote`` and ``rewind rollback`` of an Iceberg run, SIGKILLed at every step.
 
 Each promote or rollback runs as a real ``rewind`` child process with ``REWIND_FAULT`` set to
-one of the points of :mod:`rewind.faults` on that path: before the catalog commit, after
-it (the ledger not told), after the audit entry (the run state not moved). After each kill
-the target's ``main`` must be exactly the old snapshot or exactly the staged one, row for
-row; a plain re-run must complete the step, and the ledger must hold one audit entry per
-swap. Chains cover a branch swap, a rebase onto a moved main (``--rebase``) and the rename of
-a new read model's staging table.
+one of the points of :mod:`rewind.faults` on that path: before the catalog commit, after it
+(the ledger not told), after the audit entry (the run state not moved). After each kill the
+target's ``main`` must be exactly the old snapshot or exactly the staged one, row for row; a
+plain re-run (in the test's own process: nothing is killed there) must complete the step, and
+the ledger must hold one audit entry per swap. Chains cover a branch swap, a rebase onto a
+moved main (``--rebase``) and the rename of a new read model's staging table.
 
 The run itself is recorded directly in the ledger (plan, run, staging, state) and its
 staging written through the sink, as a finished ``rewind run`` leaves them: the promote path
@@ -27,6 +27,7 @@ import pytest
 
 from rewind.config import Settings, load_settings
 from rewind.core.parquet import write_parquet
+from tests import cli_in_process
 from tests import job_fixtures as jf
 from tests.test_sink_iceberg import SCHEMA, rows, ts
 
@@ -70,8 +71,9 @@ class Run:
     def cli(self, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
         env.update(PYTHONPATH=str(jf.REPO), REWIND_STATE_DIR=str(self.settings.state_path))
-        if fault:
-            env["REWIND_FAULT"] = fault
+        if not fault:  # nothing to kill: the command runs here, as a child would run it
+            return cli_in_process.rewind([*args, self.run_id, "--json"], cwd=Path.cwd(), env=env)
+        env["REWIND_FAULT"] = fault
         return subprocess.run(
             [jf.REWIND_BIN, *args, self.run_id, "--json"],
             env=env,

@@ -1,14 +1,15 @@
 """``rewind promote`` and ``rewind rollback`` of a Kafka topic run, SIGKILLed at every step.
 
-The Kafka sink publishes a run by writing one record, ``<run id>/publication`` in the
-compacted ``rewind.commits`` topic: ``published`` (with the topic's end offsets and record
-count) on promote, ``withdrawn`` on rollback. Each promote or rollback runs as a real ``rewind``
-child process with ``REWIND_FAULT`` set to one of the points of :mod:`rewind.faults` on
-that path: before that record is produced, after it is acknowledged (the ledger not told),
-after the audit entry (the run state not moved). After each kill the publication the sink
-reports must be exactly the old one or exactly the new one; a plain re-run must complete the
-step without writing a second record for the same swap, and the ledger must hold one audit
-entry per swap. The backfill topic's records are never touched by publishing.
+The Kafka sink publishes a run by writing one record, ``<run id>/publication`` in the compacted
+``rewind.commits`` topic: ``published`` (with the topic's end offsets and record count) on
+promote, ``withdrawn`` on rollback. Each promote or rollback runs as a real ``rewind`` child
+process with ``REWIND_FAULT`` set to one of the points of :mod:`rewind.faults` on that path:
+before that record is produced, after it is acknowledged (the ledger not told), after the audit
+entry (the run state not moved). After each kill the publication the sink reports must be
+exactly the old one or exactly the new one; a plain re-run (in the test's own process: nothing
+is killed there) must complete the step without writing a second record for the same swap, and
+the ledger must hold one audit entry per swap. The backfill topic's records are never touched
+by publishing.
 
 The run is recorded directly in the ledger (plan, run, staging, state) and its topic written
 through the sink (``prepare`` + ``commit`` of Parquet files, as the runner does), as a finished
@@ -32,6 +33,7 @@ from rewind.core.parquet import write_parquet
 from rewind.sinks.kafka.bookkeeping import KafkaStaging, bookkeeping_partition, read_log
 from rewind.sinks.kafka.sink import KafkaTopicSink
 from rewind.sinks.kafka.topics import high_watermarks, partition_watermarks
+from tests import cli_in_process
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
 from tests.test_sink_kafka import SCHEMA, output_rows
@@ -91,10 +93,12 @@ class Run:
             return ledger.get_run(self.run_id).state, entries
 
     def cli(self, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-        extra = {"REWIND_FAULT": fault} if fault else {}
+        argv = [*args, self.run_id, "--json"]
+        if not fault:  # nothing to kill: the command runs here, as a child would run it
+            return cli_in_process.rewind(argv, cwd=Path.cwd(), env=jf.child_env(self.settings))
         return subprocess.run(
-            [jf.REWIND_BIN, *args, self.run_id, "--json"],
-            env=jf.child_env(self.settings, **extra),
+            [jf.REWIND_BIN, *argv],
+            env=jf.child_env(self.settings, REWIND_FAULT=fault),
             capture_output=True,
             text=True,
             timeout=120,

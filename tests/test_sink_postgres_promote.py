@@ -1,13 +1,14 @@
 """``rewind promote`` and ``rewind rollback`` of a PostgreSQL (and SQLite) run, SIGKILLed at every step.
 
 Each promote or rollback runs as a real ``rewind`` child process with ``REWIND_FAULT`` set to
-one of the points of :mod:`rewind.faults` on that path: inside the rename transaction
-before it commits (renames done, exclusive locks held), right after it commits (the ledger not
-told), after the audit entry (the run state not moved). After each kill the target must be
-exactly the old table or exactly the staged one, row for row (and the tables beside it and the
-sink's ``rewind_stagings`` row must agree); readers looping over the target while the child
-runs must only ever see one of the two, never an error or a missing table. A plain re-run must
-complete the step, and the ledger must hold one audit entry per swap.
+one of the points of :mod:`rewind.faults` on that path: inside the rename transaction before it
+commits (renames done, exclusive locks held), right after it commits (the ledger not told),
+after the audit entry (the run state not moved). After each kill the target must be exactly the
+old table or exactly the staged one, row for row (and the tables beside it and the sink's
+``rewind_stagings`` row must agree); readers looping over the target while the child runs must
+only ever see one of the two, never an error or a missing table. A plain re-run (in the test's
+own process: nothing is killed there) must complete the step, and the ledger must hold one
+audit entry per swap.
 
 The run is recorded directly in the ledger (plan, run, staging, state) and its staging written
 through the sink (``prepare`` + ``commit`` of Parquet files, as the runner does), as a finished
@@ -38,6 +39,7 @@ from rewind.core.parquet import write_parquet
 from rewind.sinks.sql.backend import STAGINGS_TABLE
 from rewind.sinks.sql.sink import SqlSink, SqlStaging
 from rewind.translate.lineage import LINEAGE_SCHEMA
+from tests import cli_in_process
 from tests import job_fixtures as jf
 from tests.test_sink_postgres import SCHEMA, rows
 
@@ -143,17 +145,20 @@ class Run:
     def cli(
         self, *args: str, fault: str | None = None, read: bool = True
     ) -> tuple[subprocess.CompletedProcess[str], Readers]:
-        """``rewind ARGS RUN --json`` in a child process; with ``read``, readers loop over the
-        target meanwhile."""
-        extra = {"REWIND_FAULT": fault} if fault else {}
+        """``rewind ARGS RUN --json`` (in a child process when a fault is to kill it, else in
+        this one); with ``read``, readers loop over the target meanwhile."""
+        argv = [*args, self.run_id, "--json"]
         with self.readers(read) as seen:
-            proc = subprocess.run(
-                [jf.REWIND_BIN, *args, self.run_id, "--json"],
-                env=jf.child_env(self.settings, **extra),
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            if fault:
+                proc = subprocess.run(
+                    [jf.REWIND_BIN, *argv],
+                    env=jf.child_env(self.settings, REWIND_FAULT=fault),
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+            else:
+                proc = cli_in_process.rewind(argv, cwd=Path.cwd(), env=jf.child_env(self.settings))
         return proc, seen
 
     @contextmanager
