@@ -8,7 +8,6 @@ rest from Kafka only, every record exactly once, with lineage pointing at the tr
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from rewind.job.plan import PlanRefused
 from rewind.job.service import plan_job, run_job
 from rewind.sinks.iceberg import IcebergStaging
 from rewind.spec import parse_spec
+from tests import cli_in_process
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic, produce
 
@@ -130,14 +130,7 @@ def test_offsets_never_archived_and_gone_from_kafka_refuse_the_plan(
     # `rewind plan` says the same in one line (it crashed with KeyError: 'partitions')
     data = _spec_data(topic_name, "an.gappy", archive, declared=80)
     spec_path = jf.write_spec(tmp_path / "gappy.yaml", data)
-    shown = subprocess.run(
-        [jf.REWIND_BIN, "plan", str(spec_path)],
-        cwd=tmp_path,
-        env=jf.child_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = cli_in_process.rewind(["plan", str(spec_path)], cwd=tmp_path, env=jf.child_env(settings))
     assert shown.returncode == 1, shown.stderr
     assert "Traceback" not in shown.stderr, shown.stderr
     refusal = [line for line in shown.stderr.splitlines() if "refused by gate coverage" in line]

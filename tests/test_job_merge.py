@@ -10,7 +10,6 @@ plan in one line and writes nothing.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ import pytest
 
 from rewind.config import Settings, load_settings
 from rewind.spec import parse_spec
+from tests import cli_in_process
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
 
@@ -157,13 +157,10 @@ def test_iceberg_latest_event_time_with_a_time_cut_line_and_routing(world: World
         audit = ledger.audit_log(outcome.run_id)
         assert [a.details for a in audit if a.action == "merged"] == [outcome.merged]
     shown = "merge: applied 3, rejected stale 1, deduplicated 1, superseded 1, routed 2"
-    show = subprocess.run(
-        [jf.REWIND_BIN, "show", outcome.run_id],
+    show = cli_in_process.rewind(
+        ["show", outcome.run_id],
         cwd=world.tmp,
         env={**jf.child_env(world.settings), "COLUMNS": "300"},  # one line per fact, unwrapped
-        capture_output=True,
-        text=True,
-        timeout=120,
     )
     assert show.returncode == 0, show.stderr
     assert show.stdout.count(shown) == 2  # the run's totals and its audit entry

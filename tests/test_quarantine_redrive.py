@@ -21,6 +21,7 @@ import pandas as pd
 from rewind.config import load_settings
 from rewind.spec import parse_spec
 from rewind.translate.functions import TranslateResult
+from tests import cli_in_process
 from tests import job_fixtures as jf
 from tests.kafka_util import create_topic
 
@@ -72,9 +73,8 @@ def test_redrive_after_a_fix(tmp_path: Any, bootstrap: str, spark: Any) -> None:
     outcome = run_job(settings, spec)
     assert outcome.counts.quarantined == 8 and outcome.counts.rows_out == ORDERS - 7
 
-    listed = subprocess.run(
-        [jf.REWIND_BIN, "quarantine", "list", outcome.run_id, "--json"],
-        cwd=tmp_path, env=jf.child_env(settings), capture_output=True, text=True, timeout=120,
+    listed = cli_in_process.rewind(
+        ["quarantine", "list", outcome.run_id, "--json"], cwd=tmp_path, env=jf.child_env(settings)
     )
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
@@ -125,11 +125,10 @@ def test_redrive_after_a_fix(tmp_path: Any, bootstrap: str, spark: Any) -> None:
 
 
 def test_redrive_of_an_unknown_run_is_one_line(tmp_path: Any, bootstrap: str) -> None:
-    proc = subprocess.run(
-        [jf.REWIND_BIN, "quarantine", "redrive", "r-nope"],
+    proc = cli_in_process.rewind(
+        ["quarantine", "redrive", "r-nope"],
         cwd=tmp_path,
         env=jf.child_env(load_settings(env={"REWIND_STATE_DIR": str(tmp_path / "s")}, cwd=tmp_path)),
-        capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
