@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer
 from rewind.config import Settings, load_settings
 from rewind.errors import RewindError
 from rewind.history import archive_once
+from tests import cli_in_process
 from tests.job_fixtures import QUICK_SPARK_CONF
 from tests.kafka_util import create_topic, gather
 
@@ -321,17 +322,11 @@ def run_child(
 
 
 def rewind(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``rewind ARGS`` with only ``env``'s settings, in this process (tests/cli_in_process.py):
+    the shadows' commands that nothing kills (a status, a refused start)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
     full.update(env)
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
-    return subprocess.run(
-        [str(ROOT / ".venv/bin/rewind"), *args],
-        env=full,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    return cli_in_process.rewind(list(args), cwd=cwd, env=full)
 
 
 def prepared(
