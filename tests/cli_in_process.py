@@ -1,9 +1,10 @@
 """``rewind`` commands run in the test's own process, for tests of what a command does and
 prints rather than of the process that runs it.
 
-A cold ``rewind`` process costs about a second of CPU to import its modules, and one that
-starts Spark about six more (its driver JVM, Spark's Python daemon and workers): most of the
-suite's CPU went to such processes, not to the data they moved. In process, a command runs
+A cold ``rewind`` process costs one to four seconds of CPU to import its modules (by the
+machine and its load), and one that starts Spark several more (its driver JVM, Spark's Python
+daemon and workers): a large share of the suite's CPU went to such processes, not to the data
+they moved. In process, a command runs
 through the same Typer app, its error handling and its output, and takes this worker's Spark
 session (``rewind.spark.session`` finds it running): a module whose commands need Spark
 requests the ``spark`` fixture first, so that the session is the tests' own and not one a
