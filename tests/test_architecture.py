@@ -8,6 +8,7 @@ docs/architecture.md explains the layers.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,18 @@ class Import:
         return f"{self.source}:{self.line} imports {self.target} ({kind})"
 
 
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree; each checks walks every source file, so each file is parsed once
+    for them all (a file a test writes is parsed again once it changes)."""
+    stat = path.stat()
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def module_name(path: Path, root: Path = SRC) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -58,7 +71,7 @@ def module_name(path: Path, root: Path = SRC) -> str:
 def imports_of(path: Path, root: Path = SRC) -> list[Import]:
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parsed(path)
     found: list[Import] = []
 
     def visit(node: ast.AST, lazy: bool) -> None:
@@ -155,7 +168,7 @@ def runtime_imports(path: Path, root: Path = SRC) -> set[str]:
                     out.add(sub if sub in known else child.module)
             visit(child)
 
-    visit(ast.parse(path.read_text(), filename=str(path)))
+    visit(parsed(path))
     return {m for m in out if m in known} - {module_name(path, root)}
 
 
@@ -319,7 +332,7 @@ def imports_without_a_reason(path: Path, root: Path = SRC) -> list[str]:
         for child in ast.iter_child_nodes(node):
             visit(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef))
 
-    visit(ast.parse(path.read_text(), filename=str(path)), False)
+    visit(parsed(path), False)
     return missing
 
 
