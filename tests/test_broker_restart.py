@@ -29,7 +29,7 @@ import pytest
 
 from rewind.cli.app import SPARK_LOG_FILE
 from rewind.config import Settings, load_settings
-from rewind.embedded.broker import wait_gone
+from rewind.embedded.broker import port_open, wait_gone
 from rewind.job.service import open_ledger
 from rewind.spark.ratelimit import default_state_dir
 from tests import job_fixtures as jf
@@ -55,6 +55,12 @@ restarts_the_broker = pytest.mark.skipif(
 )
 
 
+SHUTDOWN_S = 60.0
+"""How long a stopped broker may take to go and free its port. Under SIGTERM noida-db first
+writes what it acknowledged: on a 2-core machine loaded by the other test workers a restart
+found its port still taken once stop's 10 s (SIGTERM, then SIGKILL) were over."""
+
+
 class RestartableBroker:
     """noida-db on one port and data folder across SIGTERM/SIGKILL and restarts."""
 
@@ -66,18 +72,22 @@ class RestartableBroker:
         return self.proc.address
 
     def start(self) -> None:
+        """Start on the broker's port once the one stopped before has let go of it."""
+        deadline = time.monotonic() + SHUTDOWN_S
+        while port_open(self.proc.host, self.proc.port) and time.monotonic() < deadline:
+            time.sleep(0.1)
         self.proc.start(timeout_s=60)
 
     def restart_clean(self) -> None:
         """SIGTERM (noida-db writes everything it acknowledged), then start again."""
-        self.proc.stop()
+        self.proc.stop(timeout_s=SHUTDOWN_S)
         self.start()
 
     def kill(self) -> None:
         pid = self.proc.pid()
         assert pid is not None, "the broker is not running"
         os.kill(pid, signal.SIGKILL)
-        wait_gone(pid, 10)
+        wait_gone(pid, SHUTDOWN_S)
         self.proc.pid_file.unlink(missing_ok=True)
 
     def stop(self) -> None:
