@@ -4,11 +4,10 @@ prints rather than of the process that runs it.
 A cold ``rewind`` process costs one to four seconds of CPU to import its modules (by the
 machine and its load), and one that starts Spark several more (its driver JVM, Spark's Python
 daemon and workers): a large share of the suite's CPU went to such processes, not to the data
-they moved. In process, a command runs
-through the same Typer app, its error handling and its output, and takes this worker's Spark
-session (``rewind.spark.session`` finds it running): a module whose commands need Spark
-requests the ``spark`` fixture first, so that the session is the tests' own and not one a
-command started with its own settings.
+they moved. In process, a command runs through the same Typer app, its error handling and its
+output, and takes this worker's Spark session (``rewind.spark.session`` finds it running): a
+module whose commands need Spark requests the ``spark`` fixture first, so that the session is
+the tests' own and not one a command started with its own settings.
 
 Tests of the process itself keep a child: a kill or a signal, start-up time, what the JVM
 prints, settings that only a new driver takes (``spark.conf``, ``spark.master``).
