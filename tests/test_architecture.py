@@ -52,7 +52,7 @@ class Import:
 
 
 def parsed(path: Path) -> ast.Module:
-    """``path``'s syntax tree; each checks walks every source file, so each file is parsed once
+    """``path``'s syntax tree; each check walks every source file, so each file is parsed once
     for them all (a file a test writes is parsed again once it changes)."""
     stat = path.stat()
     return _parse(path, stat.st_mtime_ns, stat.st_size)
