@@ -22,6 +22,8 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
+from tests.job_fixtures import REWIND_BIN
+
 
 def rewind(args: list[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
     """Run ``rewind ARGS`` here, as a child would with ``env`` (a whole environment, as
@@ -49,3 +51,20 @@ def rewind(args: list[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))
     return subprocess.CompletedProcess(["rewind", *args], result.exit_code, result.stdout, stderr)
+
+
+def rewind_unless_killed(
+    args: list[str], *, cwd: Path, env: Mapping[str, str], fault: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``rewind ARGS`` in a child process when ``fault`` (a ``REWIND_FAULT`` point) is to kill
+    it, else in this one (:func:`rewind`): a promote killed at a step, then its plain re-run."""
+    if not fault:
+        return rewind(args, cwd=cwd, env=env)
+    return subprocess.run(
+        [REWIND_BIN, *args],
+        cwd=cwd,
+        env={**env, "REWIND_FAULT": fault},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -71,16 +71,8 @@ class Run:
     def cli(self, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
         env.update(PYTHONPATH=str(jf.REPO), REWIND_STATE_DIR=str(self.settings.state_path))
-        if not fault:  # nothing to kill: the command runs here, as a child would run it
-            return cli_in_process.rewind([*args, self.run_id, "--json"], cwd=Path.cwd(), env=env)
-        env["REWIND_FAULT"] = fault
-        return subprocess.run(
-            [jf.REWIND_BIN, *args, self.run_id, "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        argv = [*args, self.run_id, "--json"]
+        return cli_in_process.rewind_unless_killed(argv, cwd=Path.cwd(), env=env, fault=fault)
 
 
 def sorted_rows(table: pa.Table) -> list[dict[str, Any]]:

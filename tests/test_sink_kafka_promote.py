@@ -94,15 +94,8 @@ class Run:
 
     def cli(self, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
         argv = [*args, self.run_id, "--json"]
-        if not fault:  # nothing to kill: the command runs here, as a child would run it
-            return cli_in_process.rewind(argv, cwd=Path.cwd(), env=jf.child_env(self.settings))
-        return subprocess.run(
-            [jf.REWIND_BIN, *argv],
-            env=jf.child_env(self.settings, REWIND_FAULT=fault),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        env = jf.child_env(self.settings)
+        return cli_in_process.rewind_unless_killed(argv, cwd=Path.cwd(), env=env, fault=fault)
 
 
 def record_run(settings: Settings, src: str, label: str) -> Run:

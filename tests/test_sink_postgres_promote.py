@@ -148,17 +148,9 @@ class Run:
         """``rewind ARGS RUN --json`` (in a child process when a fault is to kill it, else in
         this one); with ``read``, readers loop over the target meanwhile."""
         argv = [*args, self.run_id, "--json"]
+        env = jf.child_env(self.settings)
         with self.readers(read) as seen:
-            if fault:
-                proc = subprocess.run(
-                    [jf.REWIND_BIN, *argv],
-                    env=jf.child_env(self.settings, REWIND_FAULT=fault),
-                    capture_output=True,
-                    text=True,
-                    timeout=120,
-                )
-            else:
-                proc = cli_in_process.rewind(argv, cwd=Path.cwd(), env=jf.child_env(self.settings))
+            proc = cli_in_process.rewind_unless_killed(argv, cwd=Path.cwd(), env=env, fault=fault)
         return proc, seen
 
     @contextmanager
