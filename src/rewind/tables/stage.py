@@ -146,14 +146,14 @@ class TableUnits:
             first_attempt(unit_id, self.ctx.attempted),
         )
 
-    def _write_unit(self, index: int, reporter: TaskReporter, first_attempt: bool) -> TableUnitOutput:
+    def _write_unit(self, index: int, reporter: TaskReporter, first_try: bool) -> TableUnitOutput:
         ctx = self.ctx
         unit = ctx.units[index]
         lo, hi = ctx.ranges[index]
         spec = JobSpec.model_validate_json(ctx.spec_json)
         table = spec.source.table
         assert table is not None
-        session = self.writer.open(unit.id, first_attempt)  # 1.
+        session = self.writer.open(unit.id, first_try)  # 1.
         if session.done is not None:
             done = session.done
             return TableUnitOutput(
