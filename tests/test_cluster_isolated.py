@@ -8,6 +8,11 @@ else. It has two cores, so a job's two tasks run at once in its executor, as on 
 one worker instead of two spares every job an executor's start and its unpacking of the
 archive (tests/test_cluster.py runs a job over two workers).
 
+The three jobs run one after the other in one driver process (:data:`CLUSTER_DRIVER`), one
+Spark application: its executor starts and unpacks the archive once, and serves each job's
+tasks in turn, as in a session that runs several jobs (tests/test_cluster.py runs ``rewind
+run`` itself on a cluster).
+
 Rewind and its dependencies reach the executors as the packed virtualenv
 ``scripts/executor_env.py`` builds (``spark.archives``), the translate module as a zip
 (``spark.submit.pyFiles``). The warehouse is an S3 bucket (moto's server), and so, with
@@ -122,14 +127,27 @@ def cluster(world: Path) -> Iterator[SparkCluster]:
         yield c
 
 
+CLUSTER_DRIVER = """
+import json, sys
+from rewind.config import load_settings
+from rewind.job.service import run_job
+from rewind.spec import load_spec
+
+settings = load_settings()
+print(json.dumps([run_job(settings, load_spec(path)).to_dict() for path in sys.argv[1:]]))
+"""
+"""A driver that runs each spec it is given, one after the other, in one Spark application:
+its executor starts and unpacks the archive once for all of them."""
+
+
 def run_on_cluster(
     cluster: SparkCluster,
     world: Path,
     env_archive: Path,
     pyfiles: Path,
-    spec: dict[str, Any],
+    specs: list[dict[str, Any]],
     extra: dict[str, str],
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     log4j = (jf.REPO / "src/rewind/spark/log4j2.properties").as_uri()
     spark_conf = {
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} {jf.QUICK_JVM}",
@@ -143,19 +161,19 @@ def run_on_cluster(
     given = {k: v for k, v in extra.items() if k != "REWIND_BOOTSTRAP_SERVERS"}  # child_env sets it
     env = jf.child_env(state, REWIND_SPARK_MASTER=cluster.master_url, **given)
     env["REWIND_SPARK_CONF"] = json.dumps(spark_conf)
-    path = jf.write_spec(world / f"{spec['name']}.yaml", spec)
+    paths = [str(jf.write_spec(world / f"{spec['name']}.yaml", spec)) for spec in specs]
     proc = subprocess.run(
-        [jf.REWIND_BIN, "run", str(path), "--json"],
+        [sys.executable, "-c", CLUSTER_DRIVER, *paths],
         cwd=world,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:] + cluster.log_tail()
-    out: dict[str, Any] = json.loads(proc.stdout)
-    assert out["state"] == "succeeded", out
-    return out
+    outs: list[dict[str, Any]] = json.loads(proc.stdout)
+    assert [out["state"] for out in outs] == ["succeeded"] * len(specs), outs
+    return outs
 
 
 def iceberg_rows(settings: Settings, staging: dict[str, Any]) -> list[dict[str, Any]]:
@@ -183,7 +201,8 @@ def topic_records(conf: dict[str, Any], topic: str) -> list[tuple[Any, ...]]:
 
 
 # its module fixtures build a packed virtualenv and start a cluster (2-5 minutes on a loaded
-# 2-core machine) before three jobs run twice each: more than the suite's 600 s a test
+# 2-core machine) before three jobs run on the cluster and locally: more than the suite's
+# 600 s a test
 @pytest.mark.timeout(1500)
 def test_isolated_executors_write_what_a_local_run_writes(
     cluster: SparkCluster,
@@ -207,38 +226,45 @@ def test_isolated_executors_write_what_a_local_run_writes(
     remote = load_settings(env={"REWIND_STATE_DIR": str(world / "state"), **s3}, cwd=world)
     tag = topic[-8:]
 
-    def both(name: str, sink: dict[str, Any], local_sink: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        cluster_spec = jf.order_spec(f"{name}-cluster", topic, "unused", sink=sink)
-        cluster_spec["sink"] = sink
-        out = run_on_cluster(cluster, world, executor_env, translate_zip, cluster_spec, s3)
-        local_spec = jf.order_spec(f"{name}-local", topic, "unused")
-        local_spec["sink"] = local_sink
-        local = run_job(settings, parse_spec(local_spec))
+    # each sink's cluster job and local job, the same spec but for the target
+    sinks = {
+        "iso-ice": ({"iceberg": {"table": f"iso.orders_{tag}"}}, {"iceberg": {"table": f"loc.orders_{tag}"}}),
+        "iso-pg": (
+            {"postgres": {"url": pg_url, "table": f"public.iso_{tag}"}},
+            {"postgres": {"url": pg_url, "table": f"public.loc_{tag}"}},
+        ),
+        "iso-kafka": ({"kafka": {"topic": f"iso-{tag}"}}, {"kafka": {"topic": f"loc-{tag}"}}),
+    }
+    cluster_specs = []
+    for name, (sink, _) in sinks.items():
+        spec = jf.order_spec(f"{name}-cluster", topic, "unused")
+        spec["sink"] = sink
+        cluster_specs.append(spec)
+    ran = run_on_cluster(cluster, world, executor_env, translate_zip, cluster_specs, s3)
+    outs = dict(zip(sinks, ran, strict=True))
+    locals_: dict[str, dict[str, Any]] = {}
+    for name, (_, local_sink) in sinks.items():
+        spec = jf.order_spec(f"{name}-local", topic, "unused")
+        spec["sink"] = local_sink
+        local = run_job(settings, parse_spec(spec))
         assert local.state == "succeeded"
-        assert out["quarantined"] == local.counts.quarantined and out["rows_out"] == local.counts.rows_out
-        return out, local
+        assert outs[name]["quarantined"] == local.counts.quarantined
+        assert outs[name]["rows_out"] == local.counts.rows_out
+        locals_[name] = local.to_dict()
 
     # Iceberg: the cluster's files in the S3 warehouse, the local run's on disk
-    out, local = both(
-        "iso-ice", {"iceberg": {"table": f"iso.orders_{tag}"}}, {"iceberg": {"table": f"loc.orders_{tag}"}}
-    )
-    assert out["staging"]["table"] and iceberg_rows(remote, out["staging"]) == iceberg_rows(
-        settings, local.to_dict()["staging"]
+    staging = outs["iso-ice"]["staging"]
+    assert staging["table"] and iceberg_rows(remote, staging) == iceberg_rows(
+        settings, locals_["iso-ice"]["staging"]
     )
 
     # PostgreSQL: the tasks load their units (COPY) themselves
-    out, local = both(
-        "iso-pg",
-        {"postgres": {"url": pg_url, "table": f"public.iso_{tag}"}},
-        {"postgres": {"url": pg_url, "table": f"public.loc_{tag}"}},
-    )
-    assert postgres_rows(pg_url, out["staging"]["table"]) == postgres_rows(
-        pg_url, local.to_dict()["staging"]["table"]
+    assert postgres_rows(pg_url, outs["iso-pg"]["staging"]["table"]) == postgres_rows(
+        pg_url, locals_["iso-pg"]["staging"]["table"]
     )
 
     # Kafka: the driver produces the units the tasks spooled to the object store
-    out, local = both("iso-kafka", {"kafka": {"topic": f"iso-{tag}"}}, {"kafka": {"topic": f"loc-{tag}"}})
     # (the worker cannot see the driver's state_dir: a spool there would fail this run)
-    assert topic_records(conf, out["staging"]["topic"]) == topic_records(
-        conf, local.to_dict()["staging"]["topic"]
+    assert topic_records(conf, outs["iso-kafka"]["staging"]["topic"]) == topic_records(
+        conf, locals_["iso-kafka"]["staging"]["topic"]
     )
