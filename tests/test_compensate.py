@@ -349,43 +349,47 @@ print(json.dumps(out))
 
 
 def test_a_killed_compensate_run_again_writes_every_message_once(
-    broker: TestBroker, iceberg_case: Case, tmp_path: Path
+    broker: TestBroker, iceberg_case: Case, tmp_path: Path, spark: Any
 ) -> None:
     """One unit per bucket (``unit_messages=1``): a task killed in its second unit after the
     unit's records and marker were flushed, not committed (the compensate fails); then the
     driver killed after every unit committed, before the final marker; then run to the end. A
     read_committed consumer sees every message once and reaches the verified rows; a fourth
-    compensate writes nothing. Needs read_committed to hide the aborted attempt (noida-db)."""
+    compensate writes nothing. Needs read_committed to hide the aborted attempt (noida-db).
+
+    Only the driver's kill needs a child process; the task's kill and the last run are this
+    process's, on the tests' session."""
     import subprocess
     import sys
 
     from rewind.job.compensate import compensate_run
+    from rewind.spark.compensate_stage import CompensateStageError
 
     broker.require(READ_COMMITTED)
     settings = iceberg_case.settings(broker.bootstrap)
     conf = settings.kafka_config()
     out = f"stock-model-{uuid.uuid4().hex[:8]}"
     create_topic(conf, out, OUT_PARTITIONS)
+    once = str(tmp_path / "once")
 
-    def child(**fault: str) -> subprocess.CompletedProcess[str]:
-        env = jf.child_env(settings, REWIND_FAULT_ONCE=str(tmp_path / "once"), **fault)
-        return subprocess.run(
-            [sys.executable, "-c", CHILD, iceberg_case.run_id, out],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-
-    task_killed = child(REWIND_FAULT="compensate-before-end:2")
-    assert task_killed.returncode == 1, task_killed.stderr[-3000:]
-    assert "a Spark task of the compensation failed" in task_killed.stderr
-    driver_killed = child(REWIND_FAULT="compensate-before-final-marker")
+    environment = spark.sparkContext.environment  # what the Python workers of the next jobs see
+    environment.update(REWIND_FAULT="compensate-before-end:2", REWIND_FAULT_ONCE=once)
+    try:
+        with pytest.raises(CompensateStageError, match="a Spark task of the compensation failed"):
+            compensate_run(settings, iceberg_case.run_id, out, unit_messages=1)
+    finally:
+        environment.pop("REWIND_FAULT")
+        environment.pop("REWIND_FAULT_ONCE")
+    driver_killed = subprocess.run(
+        [sys.executable, "-c", CHILD, iceberg_case.run_id, out],
+        cwd=tmp_path,
+        env=jf.child_env(settings, REWIND_FAULT_ONCE=once, REWIND_FAULT="compensate-before-final-marker"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert driver_killed.returncode == -9, driver_killed.stderr[-3000:]
-    finished = child()
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    done = json.loads(finished.stdout.strip().splitlines()[-1])
+    done = compensate_run(settings, iceberg_case.run_id, out, unit_messages=1)
     assert not done["already_done"] and done["units_done_before"] == done["units"] > 2
 
     msgs = read_topic(conf, out)
