@@ -7,10 +7,12 @@ compute the exact staging content and quarantine from the produced data alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -312,6 +314,23 @@ def run_driver(
         text=True,
         timeout=300,
     )
+
+
+@contextlib.contextmanager
+def in_tasks(spark: Any, **env: str) -> Iterator[None]:
+    """``env`` in the Python workers of the session's next jobs, for a fault a Spark task must
+    hit: PySpark hands its context's environment to every task, and a worker whose environment
+    differs is a new one. A fault in a task then needs no child driver (only a driver's own kill
+    does)."""
+    environment = spark.sparkContext.environment
+    before = {k: environment[k] for k in env if k in environment}
+    environment.update(env)
+    try:
+        yield
+    finally:
+        for k in env:
+            environment.pop(k, None)
+        environment.update(before)
 
 
 def breaks_contract_late(events: pd.DataFrame) -> Any:

@@ -372,14 +372,11 @@ def test_a_killed_compensate_run_again_writes_every_message_once(
     create_topic(conf, out, OUT_PARTITIONS)
     once = str(tmp_path / "once")
 
-    environment = spark.sparkContext.environment  # what the Python workers of the next jobs see
-    environment.update(REWIND_FAULT="compensate-before-end:2", REWIND_FAULT_ONCE=once)
-    try:
-        with pytest.raises(CompensateStageError, match="a Spark task of the compensation failed"):
-            compensate_run(settings, iceberg_case.run_id, out, unit_messages=1)
-    finally:
-        environment.pop("REWIND_FAULT")
-        environment.pop("REWIND_FAULT_ONCE")
+    with (
+        jf.in_tasks(spark, REWIND_FAULT="compensate-before-end:2", REWIND_FAULT_ONCE=once),
+        pytest.raises(CompensateStageError, match="a Spark task of the compensation failed"),
+    ):
+        compensate_run(settings, iceberg_case.run_id, out, unit_messages=1)
     driver_killed = subprocess.run(
         [sys.executable, "-c", CHILD, iceberg_case.run_id, out],
         cwd=tmp_path,

@@ -193,10 +193,11 @@ def test_a_killed_reconstruction_into_postgres_resumes_to_every_event_once(
     assert killed.returncode == -9, killed.stderr[-3000:]
     with Ledger.open(local.ledger) as ledger:
         (run,) = ledger.list_runs(5)
-    failed = jf.run_driver(
-        tmp_path, jf.child_env(local, REWIND_FAULT="postgres-unit-after-commit"), "resume", run.id
-    )
-    assert failed.returncode == 1, failed.stderr[-3000:]  # the task died: Spark's job failed
+    with (
+        jf.in_tasks(spark, REWIND_FAULT="postgres-unit-after-commit"),
+        pytest.raises(Exception, match="a Spark task"),  # the task died: Spark's job failed
+    ):
+        resume_job(local, run.id, units_per_wave=2)
     done = resume_job(local, run.id, units_per_wave=2)
     assert done.state == "succeeded"
     with Ledger.open(local.ledger) as ledger:  # the loaded unit was found in PostgreSQL, not loaded again

@@ -27,6 +27,7 @@ from tests.kafka_util import create_topic
 ACCOUNTS = rf.accounts(3000)
 RATE = 600.0  # rows/s: a wave of 2 units of 500 rows takes ~1.7 s, so a timed kill lands inside it
 
+
 def _child(tmp: Path, env: dict[str, str], action: str, target: str) -> subprocess.CompletedProcess[str]:
     return jf.run_driver(tmp, env, action, target, units_per_wave=2)
 
@@ -35,7 +36,7 @@ def test_a_killed_re_produce_resumes_to_exactly_the_selected_entities_once(
     tmp_path: Path, broker: TestBroker, request: pytest.FixtureRequest
 ) -> None:
     broker.require(READ_COMMITTED)
-    request.getfixturevalue("spark")  # after the skip: a broker that skips starts no Spark
+    spark = request.getfixturevalue("spark")  # after the skip: a broker that skips starts no Spark
     from rewind.job.service import resume_job
     from rewind.ledger import Ledger
 
@@ -58,14 +59,17 @@ def test_a_killed_re_produce_resumes_to_exactly_the_selected_entities_once(
     assert killed.returncode == -9, killed.stderr[-3000:]
     with Ledger.open(settings.ledger) as ledger:
         (run,) = ledger.list_runs(5)
-    # 2. a task killed after its unit's records and marker were flushed, before the commit
-    failed = _child(tmp_path, jf.child_env(settings, REWIND_FAULT="reproduce-before-end"), "resume", run.id)
-    assert failed.returncode == 1, failed.stderr[-3000:]
+    # 2. a task killed after its unit's records and marker were flushed, before the commit (in
+    # this process: only the driver's kill needs a child)
+    with (
+        jf.in_tasks(spark, REWIND_FAULT="reproduce-before-end"),
+        pytest.raises(Exception, match="a Spark task"),
+    ):
+        resume_job(settings, run.id, units_per_wave=2)
     with Ledger.open(settings.ledger) as ledger:
         assert ledger.get_run(run.id).state == "failed"
         assert ledger.unit_counts(run.id).done < 6  # the failed wave committed nothing of its own
-    # 3. to the end, in this process (the kills are behind us; a child would only add a Python
-    # and a Spark start)
+    # 3. to the end, in this process
     done = resume_job(settings, run.id, units_per_wave=2)
     assert done.state == "succeeded" and done.run_id == run.id
 

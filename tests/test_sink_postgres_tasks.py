@@ -111,6 +111,7 @@ RECORDS = 600
 UNIT_RECORDS = 150  # 4 units, 2 per wave
 RATE = 300.0  # a wave reads 300 records in > 1 s: the kill 0.5 s into the second lands before its loads
 
+
 def test_killed_driver_and_failed_task_then_resume_equal_a_clean_run(
     tmp_path: Path, pg_url: str, bootstrap: str, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,13 +156,11 @@ def test_killed_driver_and_failed_task_then_resume_equal_a_clean_run(
         assert ledger.unit_counts(run.id).done == 2  # wave 1's units; the driver died in wave 2
     # 2. resumed, every task killed right after its first unit's commit (no Spark retry here):
     # the run fails with units in the sink the ledger does not have, nor their quarantine
-    environment = spark.sparkContext.environment  # what the Python workers of the next jobs see
-    environment["REWIND_FAULT"] = "postgres-unit-after-commit"
-    try:
-        with pytest.raises(Exception, match="a Spark task"):
-            resume_job(settings, run.id, units_per_wave=2)
-    finally:
-        environment.pop("REWIND_FAULT")
+    with (
+        jf.in_tasks(spark, REWIND_FAULT="postgres-unit-after-commit"),
+        pytest.raises(Exception, match="a Spark task"),
+    ):
+        resume_job(settings, run.id, units_per_wave=2)
     with open_ledger(settings) as ledger:
         done_in_ledger = {u.unit_id for u in ledger.units(run.id) if u.state == "done"}
         staging = SqlStaging.from_dict(ledger.get_run(run.id).staging)
