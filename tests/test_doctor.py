@@ -201,7 +201,7 @@ def test_tansu_gaps_carry_their_facts(broker: TestBroker, checks: dict[str, dict
     # default 45 s): measured, not ~0, and bounded by the probe's 6 s session timeout
     join = checks["group_join"]
     assert join["facts"]["session_timeout_ms"] == JOIN_SESSION_TIMEOUT_MS == 6000
-    assert 2.0 < join["facts"]["latency_s"] < 10, join
+    assert 2.0 < join["facts"]["latency_s"] < 15, join  # 23 s, were the timeout not taken
     # the report rounds seconds to 3 places, the fact to 2 from the unrounded time
     assert abs(join["facts"]["latency_s"] - join["seconds"]) <= 0.006, join
     assert join["detail"] == f"first assignment after {join['seconds']:.1f}s (session.timeout.ms 6000)"
