@@ -120,16 +120,12 @@ def rollup(cells: pa.Table) -> tuple[list[dict[str, Any]], dict[str, int], Stats
         "reference_in_window": total(in_window, "n_r"),
     }
     differing = cells.filter(cells.column("differs"))
+    # aggregated once, then read column by column: a group-by on threads gives its groups in
+    # any order, so two aggregations of the same table need not list them alike
+    per_window = differing.group_by("w").aggregate([("w", "count"), ("n_s", "sum"), ("n_r", "sum")])
     stats: Stats = {}
     for w, n, n_s, n_r in zip(
-        *(
-            differing.group_by("w")
-            .aggregate([("w", "count"), ("n_s", "sum"), ("n_r", "sum")])
-            .column(c)
-            .to_pylist()
-            for c in ("w", "w_count", "n_s_sum", "n_r_sum")
-        ),
-        strict=True,
+        *(per_window.column(c).to_pylist() for c in ("w", "w_count", "n_s_sum", "n_r_sum")), strict=True
     ):
         stats[w] = (n, n_s + n_r)
     thirty_two = pa.scalar(32, pa.int64())
