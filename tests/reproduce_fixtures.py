@@ -128,6 +128,27 @@ def spec(name: str, source: dict[str, Any], topic: str, **sections: Any) -> dict
     return data
 
 
+def stable_offsets(conf: dict[str, Any], topic: str) -> dict[int, tuple[int, int, int]]:
+    """Per partition (low watermark, last stable offset, high watermark): where a
+    ``read_committed`` reader stops short of the end, an open transaction holds it back."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    from rewind.kafka.clients import cluster_metadata
+
+    admin = AdminClient(conf)
+    parts = [TopicPartition(topic, p) for p in sorted(cluster_metadata(conf).topics[topic].partitions)]
+
+    def ask(spec: Any, isolation: Any) -> dict[int, int]:
+        asked = admin.list_offsets({tp: spec for tp in parts}, isolation_level=isolation, request_timeout=30)
+        return {tp.partition: f.result().offset for tp, f in asked.items()}
+
+    low = ask(OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)
+    stable = ask(OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
+    high = ask(OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED)
+    return {p: (low[p], stable[p], high[p]) for p in low}
+
+
 @dataclass(frozen=True)
 class Produced:
     key: str

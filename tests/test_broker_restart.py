@@ -262,46 +262,74 @@ def test_reproduce_survives_a_broker_restart_mid_wave(noida: RestartableBroker, 
     spec = rf.spec("restart-reproduce", source, topic, guards={"max_records_per_second": RATE})
     _same, run, _err = _run_through_outage(tmp_path, noida, spec)
 
-    records = rf.read_topic(settings.kafka_config(), topic)
-    produced = [p for p in records if p.headers.get("rewind.run-id") == run.id]
+    conf = settings.kafka_config()
+    produced = [p for p in rf.read_topic(conf, topic) if p.headers.get("rewind.run-id") == run.id]
     good = [a for a in rows if not a.rejected]
+    if len(produced) != len(good):  # say whether the records are missing or held back
+        uncommitted = [
+            p
+            for p in rf.read_topic(conf, topic, "read_uncommitted")
+            if p.headers.get("rewind.run-id") == run.id
+        ]
+        pytest.fail(
+            f"read_committed saw {len(produced)} of the run's {len(good)} records, read_uncommitted "
+            f"{len(uncommitted)}; (low, stable, high) offsets per partition: {rf.stable_offsets(conf, topic)}"
+        )
     assert sorted(int(p.key) for p in produced) == [a.id for a in good]  # each once
     assert {int(p.key): p.value for p in produced} == {a.id: a.message() for a in good}
 
 
 @restarts_the_broker
-def test_a_transactional_producer_says_it_lost_the_broker_during_its_transaction(
+def test_a_transaction_that_lost_its_broker_sends_nothing_more_and_holds_no_partition_back(
     noida: RestartableBroker, tmp_path: Path
 ) -> None:
-    """What a unit's writer asks before it commits (rewind.kafka.unit_redo): the broker killed
-    and restarted while a transaction was open is seen; a clean transaction is not."""
+    """What a unit's writer relies on (rewind.sinks.kafka.unit_writer): a flush that waits for a
+    broker killed while the transaction is open stops once the client has lost it, and the
+    abort purges what waits. Sent to the restarted broker, which came back without the
+    transaction, those records would belong to no transaction it knows: no marker would ever
+    end them, and read_committed readers would see nothing past them. The unit written again
+    by a producer of the same transactional id is then all such a reader sees."""
     from rewind.kafka.producer import TransactionalProducer
+    from tests import reproduce_fixtures as rf
 
     conf = _settings(tmp_path, noida).kafka_config()
     topic = f"lost-{uuid.uuid4().hex[:8]}"
     create_topic(conf, topic, 1)
-    txn = TransactionalProducer(conf, transactional_id=f"t-{topic}", topic=topic, call_timeout_s=30)
-    txn.open()
+
+    def unit_producer() -> TransactionalProducer:
+        return TransactionalProducer(conf, transactional_id=f"t-{topic}", topic=topic, call_timeout_s=5)
+
+    txn = unit_producer()
+    client = txn.open()
     try:
         txn.begin()
-        txn.client.produce(topic, b"before")  # type: ignore[union-attr]
+        client.produce(topic, b'"before"')
         txn.flush()
         assert not txn.broker_lost
         time.sleep(1.5)  # past the last second, which noida-db may lose when killed
         noida.kill()
-        time.sleep(2)
+        client.produce(topic, b'"queued"')
+        txn.flush(timeout_s=60, until_broker_lost=True)
+        assert txn.broker_lost and not txn.failures, "the flush waits for the broker, not for its loss"
+        txn.abort()  # the abort itself fails after 5 s: the broker is down
+        assert [err.name() for err, _topic, _p in txn.failures] == ["_PURGE_QUEUE"], txn.failures
         noida.start()
-        txn.client.produce(topic, b"after")  # type: ignore[union-attr]
-        txn.flush(timeout_s=60)
-        assert txn.broker_lost
-        txn.abort()
-        txn.begin()  # a new transaction starts with nothing lost
-        txn.client.produce(topic, b"again")  # type: ignore[union-attr]
-        txn.flush(timeout_s=60)
-        assert not txn.broker_lost
-        txn.commit()
+        client.poll(3.0)  # connected again: a record left queued would go out now
     finally:
-        txn.close()
+        txn.close()  # after the restart: with the broker down, librdkafka's destroy waits for it
+    again = unit_producer()
+    client = again.open()  # fences the transaction the broker lost
+    try:
+        again.begin()
+        client.produce(topic, b'"again"')
+        again.flush()
+        assert not again.broker_lost
+        again.commit()
+    finally:
+        again.close()
+    assert [p.value for p in rf.read_topic(conf, topic)] == ["again"]
+    [(_low, stable, high)] = rf.stable_offsets(conf, topic).values()
+    assert stable == high, f"an open transaction holds the partition back at {stable} (end {high})"
 
 
 class _Err:

@@ -96,14 +96,23 @@ class TransactionalProducer:
             self._step("begin_transaction", self._opened().begin_transaction)
             self.in_transaction = True
 
-    def flush(self, timeout_s: float | None = None) -> None:
+    def flush(self, timeout_s: float | None = None, until_broker_lost: bool = False) -> None:
         """Step 4: every queued record acknowledged; raise on a refused one, a fatal error, or
-        records still queued after ``timeout_s`` (None: wait as long as the broker needs)."""
+        records still queued after ``timeout_s`` (None: wait as long as the broker needs).
+
+        ``until_broker_lost``: stop waiting, records still queued, once the client has lost every
+        broker inside the open transaction (:attr:`broker_lost`), so that the caller aborts and
+        :meth:`abort` purges them. Records held through an outage go out when the broker is back;
+        to a broker that came back without the transaction (noida-db after a kill) they are
+        records of no transaction it knows, which no marker ever ends: the partition's last
+        stable offset stays below them, and ``read_committed`` readers see nothing past it."""
         client = self._opened()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while len(client) > 0:
             client.flush(1.0)
             self.raise_failures()
+            if until_broker_lost and self.in_transaction and self.broker_lost:
+                return
             if deadline is not None and time.monotonic() > deadline and len(client) > 0:
                 raise self.error(f"{len(client)} record(s) not delivered in {timeout_s:.0f}s")
         self.raise_failures()

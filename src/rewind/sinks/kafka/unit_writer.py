@@ -26,8 +26,9 @@ its own transactional id, holding the unit's records and its commit marker in
 
 On any failure: abort (purging what is queued), close, raise. Per-key order holds because one
 key is in one unit, read ``ORDER BY key`` and produced by one idempotent producer. A transaction
-during which the producer lost every broker is aborted instead of committed, and one whose
-commit failed is left to the next attempt (both :class:`~rewind.kafka.unit_redo.UnitInterrupted`):
+during which the producer lost every broker is aborted as soon as the writer sees it (producing
+or flushing; nothing queued goes out to the broker once it is back), and one whose commit
+failed is left to the next attempt (both :class:`~rewind.kafka.unit_redo.UnitInterrupted`):
 the task writes the unit again, or finds its marker if that commit did land
 (:mod:`rewind.kafka.unit_redo` says why).
 
@@ -210,6 +211,7 @@ class UnitSession:
             producer.poll(0)
             assert self._txn is not None
             self._txn.raise_failures(what=f" for {self.staging.topic}")
+            self._stop_if_broker_lost()
 
     def _placed(self, batch: pa.RecordBatch, encoded: Any, keys: list[bytes]) -> list[int]:
         """The partition of each record: its source partition when its source topic has as many
@@ -227,6 +229,7 @@ class UnitSession:
         while True:
             self._producer.poll(0.05)
             self._txn.raise_failures(what=f" for {topic}")
+            self._stop_if_broker_lost()
             try:
                 self._producer.produce(topic, value, key, partition, **kwargs)
                 return
@@ -238,7 +241,8 @@ class UnitSession:
         assert self._txn is not None and self.done is None
         run_id = self.staging.run_id
         try:
-            self._txn.flush()
+            self._txn.flush(until_broker_lost=True)
+            self._stop_if_broker_lost()
             faults.point("reproduce-before-marker")
             marker = {
                 "kind": "commit",
@@ -260,14 +264,10 @@ class UnitSession:
                 f"{run_id}/commit/{units_digest([self.unit_id])}".encode(),
                 partition=bookkeeping_partition(run_id),
             )
-            self._txn.flush()
+            self._txn.flush(until_broker_lost=True)
             faults.point("reproduce-before-end")
             faults.pause("reproduce-before-end")
-            if self._txn.broker_lost:
-                raise UnitInterrupted(
-                    f"unit {self.unit_id}: the broker went away while its transaction was open; "
-                    "the transaction was aborted"
-                )
+            self._stop_if_broker_lost()
             try:
                 self._txn.commit()
             except KafkaSinkError as exc:
@@ -285,6 +285,17 @@ class UnitSession:
             "partitions": dict(self.per_partition),
             "seconds": round(time.monotonic() - self._started, 3),
         }
+
+    def _stop_if_broker_lost(self) -> None:
+        """No record goes on into a transaction during which the client lost every broker: the
+        unit is aborted (what is still queued purged) and written again (see
+        :meth:`TransactionalProducer.flush <rewind.kafka.producer.TransactionalProducer.flush>`)."""
+        assert self._txn is not None
+        if self._txn.broker_lost:
+            raise UnitInterrupted(
+                f"unit {self.unit_id}: the broker went away while its transaction was open; "
+                "the transaction was aborted"
+            )
 
     def abort(self) -> None:
         if self._txn is not None:
