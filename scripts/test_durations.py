@@ -1,4 +1,5 @@
-"""Write tests/durations.json (seconds per test file) from pytest JUnit XML reports.
+"""Write tests/durations.json (seconds per test file) from pytest JUnit XML reports: the mean
+over the reports given (runs of the same suite), which evens out one run's noise.
 
 The suite runs with ``--dist loadfile``: one file is one unit of work for a worker. The
 conftest hands files out longest first (tests/file_order.py), which keeps one long file from
@@ -20,6 +21,7 @@ OUT = Path(__file__).resolve().parent.parent / "tests" / "durations.json"
 
 
 def file_seconds(reports: list[Path]) -> dict[str, float]:
+    """Seconds per test file, the mean over ``reports``."""
     seconds: dict[str, float] = defaultdict(float)
     for report in reports:
         for case in ET.parse(report).iter("testcase"):
@@ -27,7 +29,7 @@ def file_seconds(reports: list[Path]) -> dict[str, float]:
             # first two parts
             module = ".".join(case.get("classname", "").split(".")[:2])
             seconds[module.replace(".", "/") + ".py"] += float(case.get("time", 0.0))
-    return dict(seconds)
+    return {f: s / len(reports) for f, s in seconds.items()}
 
 
 def main(argv: list[str]) -> int:
