@@ -70,8 +70,9 @@ def read_topic(
     """Every record of every partition, from the beginning to the end of the log.
 
     Read ``read_uncommitted``, a partition's first record is at its low watermark. Once, under
-    a loaded suite, tansu's answers started a partition 100 records late (its first record at
-    offset 100, the log's at 0): such a read is read once more, and a second one fails."""
+    a loaded suite, a read from tansu started a partition 100 records late (its first record at
+    offset 100 of a topic just written from offset 0): such a read is done once more, and a
+    second late start fails."""
     from confluent_kafka import TopicPartition
 
     from rewind.kafka.clients import private_consumer
