@@ -159,3 +159,47 @@ def test_a_shadow_tail_restarts_after_a_failed_batch_and_v2_holds_each_order_onc
     status = json.loads(shown.stdout)
     assert status["restarts"] == 1
     assert status["last_restart"]["cause"] == "InjectedFault: injected fault at shadow-tail-batch (pass 1)"
+
+
+def test_a_tail_stopped_while_writing_its_first_offsets_starts_again(
+    bootstrap: str, spark: Any, tmp_path: Path
+) -> None:
+    """A tail stopped or killed between writing its first batch's offsets to a temporary file
+    and renaming it leaves that file in ``offsets/``; Spark then refuses the checkpoint as a new
+    one that is not empty. The next start removes the file and reads from ``start``."""
+    import time
+
+    from rewind.core.units import WorkUnit
+    from rewind.spark.shadow_tail import TailBatch, start_tail
+    from tests.kafka_util import produce as produce_records
+
+    topic = f"cut-short-{uuid.uuid4().hex[:8]}"
+    conf = {"bootstrap.servers": bootstrap}
+    create_topic(conf, topic, 1)
+    produce_records(conf, topic, [(0, None, b"{}", None)] * 10)
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    left = checkpoint / "offsets" / f".0.{uuid.uuid4()}.tmp"
+    left.touch()
+
+    batches: list[TailBatch] = []
+    query = start_tail(
+        spark,
+        kafka_conf=conf,
+        topics=[topic],
+        start={topic: {"0": 3}},
+        checkpoint=str(checkpoint),
+        trigger_s=0.1,
+        max_offsets_per_trigger=None,
+        on_batch=lambda _df, batch: batches.append(batch),
+        name=f"cut-short-{uuid.uuid4().hex[:6]}",
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not batches and query.exception() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    assert batches[0].batch_id == 0 and batches[0].units == (WorkUnit(topic, 0, 3, 10),)
+    assert not left.exists()

@@ -13,6 +13,8 @@ them already: exactly once per micro-batch.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,8 @@ from rewind.spark.job_stage import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[str, int]]
 
@@ -63,6 +67,31 @@ def offset_log(checkpoint: str | Path, batch_id: int) -> Offsets | None:
         raise TailCheckpointError(f"{path} holds no source offsets; remove the checkpoint and start again")
     data: Offsets = json.loads(lines[2])
     return data
+
+
+_CUT_SHORT = re.compile(r"^\.\.?\d+\.[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\.tmp(\.crc)?$")
+"""A log entry Spark began and never put in place: ``.<batch>.<uuid>.tmp`` (and its checksum)."""
+
+
+def drop_cut_short_writes(checkpoint: str | Path) -> list[Path]:
+    """Remove what writes cut short left in the checkpoint's offset and commit logs; returns them.
+
+    Spark writes each entry of those logs to a hidden temporary file and renames it into place,
+    so a query stopped or killed between the two leaves the temporary file behind. It holds no
+    batch (Spark reads only entries in place), but Spark refuses to start a query on a
+    checkpoint whose ``offsets`` folder holds any file while it has no entry
+    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``): a tail stopped while it wrote its first
+    batch's offsets could never start again, and each restart failed the same way. Call it only
+    while no query runs on ``checkpoint`` (the shadow's lease holder, before it starts one)."""
+    dropped = []
+    for log_name in ("offsets", "commits"):
+        folder = Path(checkpoint) / log_name
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                if _CUT_SHORT.match(entry.name):
+                    entry.unlink(missing_ok=True)
+                    dropped.append(entry)
+    return dropped
 
 
 def batch_units(
@@ -120,6 +149,8 @@ def start_tail(
     name: str = "rewind-shadow",
 ) -> StreamingQuery:
     """Start the query; ``start`` is used by a new checkpoint only (a restart resumes from it)."""
+    for entry in drop_cut_short_writes(checkpoint):
+        log.info("removed %s, a checkpoint log entry whose write was cut short", entry)
     reader = (
         spark.readStream.format("rewind-kafka")
         .option("subscribe", ",".join(topics))
