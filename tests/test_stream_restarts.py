@@ -201,5 +201,6 @@ def test_a_tail_stopped_while_writing_its_first_offsets_starts_again(
         assert query.exception() is None, query.exception()
     finally:
         query.stop()
+    assert batches, "the tail ran no batch in 60 s"
     assert batches[0].batch_id == 0 and batches[0].units == (WorkUnit(topic, 0, 3, 10),)
     assert not left.exists()
