@@ -40,7 +40,7 @@ def _next_batch(consumer: Any) -> list[Any]:
     broker that answers an empty fetch at once instead of waiting ``fetch.wait.max.ms``
     (noida-db, the tests' second broker: ~0.8 of a core between client and broker, measured,
     for as long as the service runs; the shadow story's test took 58.9 s of CPU with the
-    service always assigned, 31.0 s paused between batches, its wall 39 s and 40 s). Where the
+    service always assigned, 31.0-36.2 s paused between batches, its wall 39 s and 40-43 s). Where the
     broker waits, the pause costs only the latency of one look."""
     consumer.resume(consumer.assignment())
     try:
@@ -145,15 +145,14 @@ class TotalsService(threading.Thread):
                 while not self.halt.is_set():
                     batch = _next_batch(consumer)
                     msgs = [m for m in batch if m.error() is None]
+                    if msgs:
+                        conn.execute("BEGIN IMMEDIATE")
+                        self._fold(conn, msgs, upsert)
+                        conn.execute("COMMIT")
+                        consumer.commit(asynchronous=False)
+                        self.applied += len(msgs)
                     if len(batch) < BATCH:  # caught up: look again a moment later
                         self.halt.wait(LOOK_EVERY_S)
-                    if not msgs:
-                        continue
-                    conn.execute("BEGIN IMMEDIATE")
-                    self._fold(conn, msgs, upsert)
-                    conn.execute("COMMIT")
-                    consumer.commit(asynchronous=False)
-                    self.applied += len(msgs)
             finally:
                 conn.close()
                 consumer.close()  # leaves the group: it is inactive from here
